@@ -1,0 +1,167 @@
+"""Engine and scheduler configuration: frozen dataclasses, validated in __post_init__.
+
+The STRATA_* environment variables are read here and nowhere else (`SchedulerConfig.from_env`).
+A bad value (empty, negative, not a number) falls back to the default with one warning, as the spec's
+getenv-based knobs do; unset or zero piece size means the default one-run read ("release").
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+# Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
+ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
+    "STRATA_PIPED_READ_PIECE": ("piped_read_piece", int, 0, 0),
+    "STRATA_BATCH_DECODE_SHARE": ("decode_share", float, 0.5, 0.0),
+    "STRATA_PIPED_DECODE_MIN_MS": ("decode_min_ms", float, 20.0, 0.0),
+    "STRATA_PIPED_DECODE_MAX_MS": ("decode_max_ms", float, 400.0, 0.0),
+    "STRATA_PIPED_READ_MIX": ("read_mix", int, 0, 0),
+    "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
+}
+
+ENV_HELP = {
+    "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
+    "STRATA_BATCH_DECODE_SHARE": "decode time between read chunks/pieces as a share of the chunk/piece's read time",
+    "STRATA_PIPED_DECODE_MIN_MS": "floor of the decode budget after a piece (ms)",
+    "STRATA_PIPED_DECODE_MAX_MS": "cap of the decode budget after a piece (ms)",
+    "STRATA_PIPED_READ_MIX": "1 = mixed read: every micro-batch carries one read chunk plus a group's decode tokens",
+    "STRATA_PIPED_PAUSE_TARGET_MS": "size pieces from measured chunk cost so no stream pauses longer than T ms",
+}
+
+
+def env_number(env: Mapping[str, str], name: str, cast: type, default: float, minimum: float | None):
+    """Read one numeric variable; bad values give the default and one warning naming the variable."""
+    raw = env.get(name)
+    if raw is None:
+        return cast(default)
+    try:
+        value = cast(float(raw.strip()))
+        if value != value:  # NaN
+            raise ValueError
+    except (ValueError, TypeError, OverflowError):
+        warnings.warn(f"{name}={raw!r} is not a number; using the default {default}", stacklevel=3)
+        return cast(default)
+    if minimum is not None and value < minimum:
+        warnings.warn(f"{name}={raw!r} is below {minimum}; using the default {default}", stacklevel=3)
+        return cast(default)
+    return value
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Knobs of the pure-Python scheduler (no torch)."""
+
+    batch: int = 4
+    batch_groups: int = 1  # resolved (auto already replaced by the stage count)
+    num_stages: int = 1
+    prefill_chunk: int = 512
+    ctx: int = 4096
+    piped_read_piece: int = 0
+    decode_share: float = 0.5
+    decode_min_ms: float = 20.0
+    decode_max_ms: float = 400.0
+    read_mix: int = 0
+    pause_target_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if not 1 <= self.batch_groups <= self.batch:
+            raise ValueError(f"batch_groups must be in [1, batch={self.batch}], got {self.batch_groups}")
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
+        if self.ctx < 2:
+            raise ValueError(f"ctx must be >= 2, got {self.ctx}")
+        if self.decode_max_ms < self.decode_min_ms:
+            raise ValueError(
+                f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})"
+            )
+
+    @property
+    def pipelined(self) -> bool:
+        return self.batch_groups > 1
+
+    def group_slots(self) -> list[list[int]]:
+        """Slots split into batch_groups contiguous groups: --batch 4 --batch-groups 2 -> [[0,1],[2,3]]."""
+        base, extra = divmod(self.batch, self.batch_groups)
+        groups, start = [], 0
+        for g in range(self.batch_groups):
+            size = base + (1 if g < extra else 0)
+            groups.append(list(range(start, start + size)))
+            start += size
+        return groups
+
+    def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
+        env = os.environ if env is None else env
+        values = {fld: env_number(env, name, cast, default, minimum) for name, (fld, cast, default, minimum) in ENV_VARS.items()}
+        if values["decode_max_ms"] < values["decode_min_ms"]:
+            warnings.warn("STRATA_PIPED_DECODE_MAX_MS is below STRATA_PIPED_DECODE_MIN_MS; using both defaults", stacklevel=2)
+            values["decode_min_ms"], values["decode_max_ms"] = ENV_VARS["STRATA_PIPED_DECODE_MIN_MS"][2], ENV_VARS["STRATA_PIPED_DECODE_MAX_MS"][2]
+        return replace(self, **values)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything `strata-engine serve` and `Engine.from_pretrained` accept."""
+
+    model: str = "strata-tiny-moe"
+    batch: int = 4
+    batch_groups: str | int = 1  # int or "auto" (= one per stage)
+    split: int | None = None  # layers [0, split) on stage 0, the rest on stage 1
+    devices: tuple[str, ...] = ()  # e.g. ("cuda:0", "cuda:1") or ("cpu", "cpu"): even split
+    prefill_chunk: int = 512
+    ctx: int = 4096
+    executor: str = "torch"  # "torch" or "sim"
+    device: str | None = None  # None = cuda when present, else cpu
+    dtype: str | None = None  # None = fp32 on cpu, bf16 on cuda
+    seed: int = 0
+    sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
+    time_scale: float = 1.0  # sim: modelled seconds per wall second
+    threads: int | None = None  # torch intra-op threads per stage worker
+    log_events: bool = True  # echo events to stderr
+    env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, str):
+            object.__setattr__(self, "devices", tuple(d for d in self.devices.split(",") if d))
+        if self.executor not in ("torch", "sim"):
+            raise ValueError(f"executor must be 'torch' or 'sim', got {self.executor!r}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
+        if self.split is not None and self.split < 1:
+            raise ValueError(f"split must be >= 1 (layers on stage 0), got {self.split}")
+        if self.split is not None and self.devices and len(self.devices) != 2:
+            raise ValueError("--split L places layers on two stages; give --devices with exactly two entries or none")
+        if self.time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
+            try:
+                object.__setattr__(self, "batch_groups", int(self.batch_groups))
+            except ValueError:
+                raise ValueError(f"batch_groups must be an integer or 'auto', got {self.batch_groups!r}") from None
+
+    @property
+    def num_stages(self) -> int:
+        if self.devices:
+            return len(self.devices)
+        return 2 if self.split is not None else 1
+
+    def resolved_batch_groups(self) -> int:
+        groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)
+        return max(1, min(groups, self.batch))
+
+    def scheduler_config(self) -> SchedulerConfig:
+        base = SchedulerConfig(
+            batch=self.batch,
+            batch_groups=self.resolved_batch_groups(),
+            num_stages=self.num_stages,
+            prefill_chunk=self.prefill_chunk,
+            ctx=self.ctx,
+        )
+        return base.with_env(self.env)

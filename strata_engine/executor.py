@@ -1,0 +1,93 @@
+"""The executor contract between the pure-Python scheduler and whatever runs the model.
+
+The scheduler decides *what* runs (read these chunks of this request, decode these groups for a
+budget, drain); an executor decides *how* (torch pipeline stages in `pipeline.py`, or the cost model
+in `sim.py`). Executors report measured milliseconds and deliver each sampled token through
+`on_token` the moment it exists, so streaming clients see true arrival times.
+This module imports no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from .scheduler.request import Request
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    token_id: int
+    logprob: float | None = None  # log-softmax of the chosen token, when the request asked for logprobs
+    top: tuple[tuple[int, float], ...] = ()  # top-k alternatives (token id, logprob), best first
+
+
+# on_token(request, token) is called once per sampled token, in order, on the executor's thread.
+OnToken = Callable[["Request", SampledToken], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one pipelined read run (one or more chunks of one prompt, drained at the end)."""
+
+    ms: float
+    chunks: int
+    tokens: int  # prompt tokens read by this run
+    first_token: SampledToken | None = None  # set when the run read the prompt's last token
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    ms: float
+    rounds: int  # micro-batch rounds: each live group advanced by one token per round
+    tokens: int  # tokens sampled in total
+
+
+@dataclass(frozen=True)
+class MixedResult:
+    """Issue 7: micro-batches that each carry one read chunk plus one group's decode tokens."""
+
+    ms: float
+    chunks: int
+    tokens: int
+    decode_tokens: int
+    chunk_ms: tuple[float, ...] = field(default_factory=tuple)
+    first_token: SampledToken | None = None
+
+
+class Executor(Protocol):
+    num_stages: int
+
+    def prepare_slot(self, slot: int) -> None:
+        """Reset the slot's KV cache before a new request reads into it."""
+
+    def free_slot(self, slot: int) -> None:
+        """The slot's request ended; its KV may be dropped."""
+
+    def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+        """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
+        stream through the stages back to back and only the run's end drains the pipeline. When the
+        last chunk ends at the prompt's end, sample the first output token (and call on_token)."""
+
+    def decode(
+        self,
+        groups: Sequence[Sequence["Request"]],
+        on_token: OnToken,
+        budget_ms: float | None = None,
+        max_rounds: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> DecodeResult:
+        """Decode the groups as micro-batches through the pipeline: keep it full until budget_ms of
+        the executor's clock has passed, max_rounds rounds are done, or should_stop() is true at a
+        micro-batch boundary; then drain. A request whose phase is no longer DECODING (it finished in
+        on_token) is left out of later micro-batches."""
+
+    def mixed(
+        self,
+        request: "Request",
+        chunks: Sequence[tuple[int, int]],
+        groups: Sequence[Sequence["Request"]],
+        on_token: OnToken,
+    ) -> MixedResult:
+        """Issue 7: read chunks[i] together with the decode tokens of groups[i % len(groups)] in one
+        micro-batch each, pipelined, draining only at the end."""

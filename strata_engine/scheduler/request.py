@@ -1,0 +1,60 @@
+"""A request inside the engine: one object with explicit counters and a named phase.
+
+The scheduler owns phase changes; the engine attaches its own per-request data in `payload`
+(sampling params, output stream) and the executor reads prompt tokens from `prompt_ids`.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Phase(enum.Enum):
+    WAITING = "waiting"  # queued, no slot
+    READING = "reading"  # in a slot, prompt being read
+    PARKED = "parked"  # gave way (BYIELD): keeps slot, KV and tokens_read; resumes later
+    DECODING = "decoding"  # prompt read, generating
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    arrival: float = 0.0  # scheduler clock, seconds
+    payload: Any = None
+    slot: int | None = None
+    phase: Phase = Phase.WAITING
+    tokens_read: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    finish_reason: str | None = None  # "stop", "length", "cancelled", "error"
+    error: str | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def tokens_generated(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def tokens_to_read(self) -> int:
+        return self.prompt_tokens - self.tokens_read
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens in the KV cache once the last sampled token is fed back: prompt + generated - 1."""
+        return self.tokens_read + max(0, self.tokens_generated - 1)
+
+    @property
+    def next_position(self) -> int:
+        """Position of the token the next decode step feeds (the last sampled one)."""
+        return self.prompt_tokens + self.tokens_generated - 1
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.FINISHED
