@@ -1,0 +1,90 @@
+"""Build what an Engine runs on: the torch pipeline over real weights, or the simulated executor.
+
+Both return a `Backend` with the same fields, so the engine and the scheduler above it cannot tell
+them apart except through `info()`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .config import EngineConfig, SchedulerConfig
+
+
+@dataclass(frozen=True)
+class Backend:
+    executor: Any
+    tokenizer: Any
+    model_name: str
+    device: str
+    dtype: str
+    vocab_size: int
+    eos_token_id: int | None
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype(name: str | None, device: str):
+    import torch
+
+    if name is None:
+        return torch.float32 if device.startswith("cpu") else torch.bfloat16
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16}
+    if name not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)}, got {name!r}")
+    return table[name]
+
+
+def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
+    import torch
+
+    from .model.tokenizer import load_tokenizer
+    from .model.weights import load_model, resolve_model_path
+    from .pipeline import Pipeline, plan_stages, split_layers
+    from .torch_executor import TorchExecutor
+
+    device = config.device or _default_device()
+    dtype = _dtype(config.dtype, device)
+    torch.manual_seed(config.seed)
+    model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
+    if sched.ctx > model_config.max_position_embeddings:
+        raise ValueError(
+            f"--ctx {sched.ctx} exceeds the model's max_position_embeddings ({model_config.max_position_embeddings})"
+        )
+    model.eval()
+    stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
+    split_layers(model, stages, dtype)
+    threads = config.threads
+    if threads is None and all(s.device.startswith("cpu") for s in stages):
+        threads = max(1, (os.cpu_count() or 1) // len(stages))
+    pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads)
+    tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
+    return Backend(
+        executor=TorchExecutor(pipeline),
+        tokenizer=tokenizer,
+        model_name=os.path.basename(str(config.model).rstrip("/")) or str(config.model),
+        device=",".join(sorted({s.device for s in stages})),
+        dtype=str(dtype).replace("torch.", ""),
+        vocab_size=model_config.vocab_size,
+        eos_token_id=model_config.eos_token_id,
+    )
+
+
+def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:
+    import time
+
+    from .model.tokenizer import ByteTokenizer
+    from .sim import SimExecutor, load_profile
+
+    profile = load_profile(config.sim_profile or "pr2050-2x5090")
+    tokenizer = ByteTokenizer()
+    executor = SimExecutor(profile, clock=clock, sleep=time.sleep, time_scale=config.time_scale,
+                           vocab_size=tokenizer.vocab_size, eos_token_id=None, seed=config.seed,
+                           num_stages=sched.num_stages)
+    return Backend(executor, tokenizer, f"sim:{profile.name}", "sim", "none", tokenizer.vocab_size, None)

@@ -1,0 +1,154 @@
+"""What a request gives back: per-token outputs, the final completion, and the handle a caller holds.
+
+`RequestState` is the engine's per-request postprocessing (stop strings, EOS, max tokens, incremental
+text); it lives in `Request.payload`, so executors read `payload.params` to sample.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .executor import SampledToken
+from .sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class TokenOutput:
+    index: int  # position in the output, 0-based
+    token_id: int
+    text: str  # delta text; never half a UTF-8 character
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, str, float]] | None = None
+    t: float = 0.0  # engine clock (monotonic seconds) when the token was sampled
+
+
+@dataclass(frozen=True)
+class Completion:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    logprobs: list[TokenOutput] | None
+    finish_reason: str  # "stop" | "length" | "cancelled" | "error"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last item of a stream. `unsent_text` is text held back (a possible stop-string prefix) that no
+    TokenOutput carried; a streaming server sends it with the final event."""
+
+    completion: Completion
+    unsent_text: str = ""
+
+
+_END = object()
+
+
+class RequestHandle:
+    """Held by the caller: iterate for tokens (blocking), `result()` for the completion, `cancel()` to stop."""
+
+    def __init__(self, request_id: str, cancel: Callable[[str], None]):
+        self.request_id = request_id
+        self._cancel = cancel
+        self._items: queue.Queue = queue.Queue()
+        self._done = threading.Event()
+        self._completion: Completion | None = None
+
+    def _push(self, item: TokenOutput | Finished) -> None:
+        if isinstance(item, Finished):
+            self._completion = item.completion
+            self._done.set()
+            self._items.put(_END)
+        else:
+            self._items.put(item)
+
+    def cancel(self) -> None:
+        self._cancel(self.request_id)
+
+    def result(self, timeout: float | None = None) -> Completion:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
+        assert self._completion is not None
+        return self._completion
+
+    def __iter__(self) -> Iterator[TokenOutput]:
+        while True:
+            item = self._items.get()
+            if item is _END:
+                return
+            yield item
+
+
+@dataclass(eq=False)
+class RequestState:
+    """Engine-side state of one request: sampling params, text assembly, stop detection, delivery."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    decoder: Any  # tokenizer.decode_stream()-like object: .add(token_id) -> str delta
+    token_text: Callable[[int], str]
+    eos_token_id: int | None
+    ctx: int
+    deliver: Callable[[TokenOutput | Finished], None]
+    clock: Callable[[], float]
+    seed: int = 0
+    sampler: Any = None  # torch executor: a strata_engine.sampler.Sampler
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    emitted_chars: int = 0
+    outputs: list[TokenOutput] = field(default_factory=list)
+    finished: bool = False
+
+    def accept(self, token: SampledToken) -> str | None:
+        """Take one sampled token; deliver what is safe to show; return a finish reason or None."""
+        p = self.params
+        if token.token_id == self.eos_token_id and not p.ignore_eos:
+            return "stop"  # EOS is not part of the output; a held-back tail is in completion.text
+        self.token_ids.append(token.token_id)
+        self.text += self.decoder.add(token.token_id)
+        reason = None
+        stop_at = self._stop_index()
+        if stop_at is not None:
+            self.text = self.text[:stop_at]
+            reason = "stop"
+        elif len(self.token_ids) >= p.max_tokens:
+            reason = "length"
+        elif len(self.prompt_ids) + len(self.token_ids) >= self.ctx:
+            reason = "length"
+        # hold back a tail that could still become a stop string
+        hold = 0 if reason else max((len(s) - 1 for s in p.stop), default=0)
+        upto = max(self.emitted_chars, len(self.text) - hold)
+        delta = self.text[self.emitted_chars:upto]
+        self.emitted_chars = upto
+        top = None
+        if token.top:
+            top = [(tid, self.token_text(tid), lp) for tid, lp in token.top]
+        out = TokenOutput(len(self.token_ids) - 1, token.token_id, delta, token.logprob, top, self.clock())
+        if p.logprobs is not None:
+            self.outputs.append(out)
+        self.deliver(out)
+        return reason
+
+    def _stop_index(self) -> int | None:
+        if not self.params.stop:
+            return None
+        # search only the region the newest token could have completed
+        window = max(len(s) for s in self.params.stop) + 8
+        start = max(0, len(self.text) - window - 8)
+        hits = [i for s in self.params.stop if (i := self.text.find(s, start)) >= 0]
+        return min(hits) if hits else None
+
+    def completion(self, finish_reason: str, error: str | None = None) -> Completion:
+        return Completion(
+            request_id=self.request_id,
+            prompt_token_ids=list(self.prompt_ids),
+            token_ids=list(self.token_ids),
+            text=self.text,
+            logprobs=list(self.outputs) if self.params.logprobs is not None else None,
+            finish_reason=finish_reason,
+            error=error,
+        )

@@ -1,0 +1,164 @@
+"""The layer split and the pipeline stages, applied to a built model from outside the model file.
+
+`plan_stages` turns `--split L` / `--devices a,b` into stage plans; `split_layers` moves each stage's
+layers (and embed / final norm + head) to its device. A `Pipeline` runs one worker thread per stage:
+micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 can work on one
+micro-batch while stage 1 works on the previous one. Only the last stage produces logits.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from .kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    index: int
+    device: str
+    layer_start: int
+    layer_end: int  # exclusive
+
+    @property
+    def layers(self) -> range:
+        return range(self.layer_start, self.layer_end)
+
+
+def plan_stages(num_layers: int, split: int | None, devices: Sequence[str], default_device: str) -> list[StagePlan]:
+    """--split L: layers [0, L) on stage 0, the rest on stage 1. --devices a,b,..: an even split."""
+    if split is not None:
+        if not 1 <= split < num_layers:
+            raise ValueError(f"--split {split} must leave layers on both stages: 1 <= split < {num_layers} layers")
+        devs = list(devices) if devices else [default_device, default_device]
+        return [StagePlan(0, devs[0], 0, split), StagePlan(1, devs[1], split, num_layers)]
+    devs = list(devices) if devices else [default_device]
+    if len(devs) > num_layers:
+        raise ValueError(f"{len(devs)} devices for {num_layers} layers: each stage needs at least one layer")
+    base, extra = divmod(num_layers, len(devs))
+    plans, start = [], 0
+    for i, dev in enumerate(devs):
+        size = base + (1 if i < extra else 0)
+        plans.append(StagePlan(i, dev, start, start + size))
+        start += size
+    return plans
+
+
+def split_layers(model: torch.nn.Module, stages: Sequence[StagePlan], dtype: torch.dtype) -> None:
+    """Place embed on the first stage's device, each layer on its stage's, norm and head on the last's."""
+    model.embed_tokens.to(device=stages[0].device, dtype=dtype)
+    for stage in stages:
+        for i in stage.layers:
+            model.layers[i].to(device=stage.device, dtype=dtype)
+    model.norm.to(device=stages[-1].device, dtype=dtype)
+    model.lm_head.to(device=stages[-1].device, dtype=dtype)
+
+
+@dataclass(eq=False)
+class Part:
+    """Rows that share a sequence length T: a prompt chunk (B=1) or a group's decode tokens (T=1)."""
+
+    tokens: torch.Tensor  # [B, T] int64
+    positions: torch.Tensor  # [B, T] int64
+    slots: torch.Tensor  # [B] int64
+    want_logits: bool  # last stage computes logits of each row's last position
+    hidden: torch.Tensor | None = None  # [B, T, D] between stages
+    logits: torch.Tensor | None = None  # [B, V] float32 after the last stage
+
+
+@dataclass(eq=False)
+class MicroBatch:
+    parts: list[Part]
+    tag: Any = None  # the caller's bookkeeping (which group / chunk)
+    error: BaseException | None = None
+    stage_ms: list[float] = field(default_factory=list)
+
+
+class Stage(threading.Thread):
+    def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
+                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None):
+        super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
+        self.plan, self.model, self.cache = plan, model, cache
+        self.inbox, self.outbox = inbox, outbox
+        self.is_first, self.is_last, self.threads = is_first, is_last, threads
+
+    def run(self) -> None:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        with torch.inference_mode():
+            while True:
+                mb = self.inbox.get()
+                if mb is None:
+                    return
+                if mb.error is None:
+                    try:
+                        for part in mb.parts:
+                            self._run_part(part)
+                    except BaseException as exc:  # one micro-batch fails, the stage keeps serving
+                        mb.error = exc
+                self.outbox.put(mb)
+
+    def _run_part(self, part: Part) -> None:
+        device = self.plan.device
+        positions = part.positions.to(device)
+        slots = part.slots.to(device)
+        if self.is_first:
+            h = self.model.embed(part.tokens.to(device))  # [B, T, D]
+        else:
+            h = part.hidden.to(device)
+        for i in self.plan.layers:
+            h = self.model.layers[i](h, positions, self.cache.layers[i], slots)
+        if self.is_last:
+            part.hidden = None
+            part.logits = self.model.head(h[:, -1:, :])[:, 0, :].float() if part.want_logits else None
+        else:
+            part.hidden = h
+
+
+class Pipeline:
+    """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
+
+    def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
+                 dtype: torch.dtype, threads: int | None = None):
+        self.stages = list(stages)
+        config = model.config
+        queues = [queue.Queue() for _ in range(len(stages) + 1)]
+        self._inbox, self._done = queues[0], queues[-1]
+        self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
+        self._workers = [
+            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads)
+            for i, (plan, cache) in enumerate(zip(stages, self.caches))
+        ]
+        for worker in self._workers:
+            worker.start()
+        self.in_flight = 0
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    def submit(self, mb: MicroBatch) -> None:
+        self.in_flight += 1
+        self._inbox.put(mb)
+
+    def get(self) -> MicroBatch:
+        mb = self._done.get()
+        self.in_flight -= 1
+        return mb
+
+    def drain(self) -> list[MicroBatch]:
+        return [self.get() for _ in range(self.in_flight)]
+
+    def close(self) -> None:
+        # a None travels through every stage in turn: each worker stops after forwarding work ahead of it
+        self._inbox.put(None)
+        for i, worker in enumerate(self._workers):
+            worker.join(timeout=5)
+            if i + 1 < len(self._workers):
+                self._workers[i + 1].inbox.put(None)
+        for cache in self.caches:
+            cache.free()

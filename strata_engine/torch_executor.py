@@ -1,0 +1,177 @@
+"""The torch executor: runs the scheduler's plans on a `Pipeline` of stages and samples tokens.
+
+A read run streams its chunks into stage 0 back to back and waits for all of them (the drain). A
+decode keeps one micro-batch per group in flight, feeding each group's sampled tokens straight back,
+until the budget, the round limit or `should_stop` says stop; then it drains. Sampling happens here,
+per request, with `request.payload.sampler`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from .executor import DecodeResult, MixedResult, OnToken, RunResult
+from .pipeline import MicroBatch, Part, Pipeline
+from .scheduler.request import Phase, Request
+
+
+class TorchExecutor:
+    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter):
+        self.pipeline = pipeline
+        self.clock = clock
+
+    @property
+    def num_stages(self) -> int:
+        return self.pipeline.num_stages
+
+    def prepare_slot(self, slot: int) -> None:
+        # Attention reads only positions this request wrote (0..its position), so stale KV is never seen.
+        pass
+
+    def free_slot(self, slot: int) -> None:
+        pass
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _read_part(self, request: Request, start: int, end: int) -> Part:
+        ids = torch.tensor([request.prompt_ids[start:end]], dtype=torch.long)
+        positions = torch.arange(start, end, dtype=torch.long)[None, :]
+        return Part(ids, positions, torch.tensor([request.slot]), want_logits=end == request.prompt_tokens)
+
+    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+        t0 = self.clock()
+        for start, end in chunks:
+            self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
+        results = self.pipeline.drain()
+        _raise_first_error(results)
+        first = None
+        last = results[-1].parts[0]
+        if last.logits is not None:
+            first = request.payload.sampler.sample(last.logits[0])
+            on_token(request, first)
+        tokens = sum(end - start for start, end in chunks)
+        return RunResult((self.clock() - t0) * 1000.0, len(chunks), tokens, first)
+
+    # -- decode --------------------------------------------------------------------------------
+    @staticmethod
+    def _decode_part(rows: list[Request]) -> Part:
+        tokens = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long)
+        positions = torch.tensor([[r.next_position] for r in rows], dtype=torch.long)
+        return Part(tokens, positions, torch.tensor([r.slot for r in rows]), want_logits=True)
+
+    @staticmethod
+    def _live(group: Sequence[Request]) -> list[Request]:
+        return [r for r in group if r.phase is Phase.DECODING and not r.cancelled]
+
+    def _deliver(self, rows: list[Request], logits: torch.Tensor, on_token: OnToken) -> int:
+        delivered = 0
+        for row, request in enumerate(rows):
+            if request.phase is Phase.DECODING:  # may have finished or been cancelled meanwhile
+                on_token(request, request.payload.sampler.sample(logits[row]))
+                delivered += 1
+        return delivered
+
+    def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None) -> DecodeResult:
+        t0 = self.clock()
+        if budget_ms is None and max_rounds is None:
+            max_rounds = 1
+        micro_batches = tokens = 0
+        started = {gi: 0 for gi in range(len(groups))}
+
+        def may_continue(gi: int) -> bool:
+            if max_rounds is not None and started[gi] >= max_rounds:
+                return False
+            if budget_ms is not None and (self.clock() - t0) * 1000.0 >= budget_ms:
+                return False
+            return not (should_stop is not None and should_stop())
+
+        def feed(gi: int) -> None:
+            rows = self._live(groups[gi])
+            if rows:
+                started[gi] += 1
+                self.pipeline.submit(MicroBatch([self._decode_part(rows)], tag=(gi, rows)))
+
+        for gi in range(len(groups)):  # fill the pipeline: one micro-batch per group in flight
+            feed(gi)
+        errors = []
+        while self.pipeline.in_flight:
+            mb = self.pipeline.get()
+            gi, rows = mb.tag
+            micro_batches += 1
+            if mb.error is not None:
+                errors.append(mb)
+                continue
+            tokens += self._deliver(rows, mb.parts[0].logits, on_token)
+            if may_continue(gi):
+                feed(gi)
+        _raise_first_error(errors)
+        live_groups = max(1, sum(1 for n in started.values() if n))
+        return DecodeResult((self.clock() - t0) * 1000.0, micro_batches // live_groups, tokens)
+
+    # -- mixed (issue 7) -------------------------------------------------------------------------
+    def mixed(self, request, chunks, groups, on_token) -> MixedResult:
+        """Each micro-batch carries one read chunk plus the decode tokens of one group, so decoding
+        slots advance every micro-batch and nothing drains until the run's end."""
+        t0 = self.clock()
+        live = [gi for gi in range(len(groups)) if self._live(groups[gi])]
+        pending = list(chunks)
+        next_group = 0
+        decode_tokens = 0
+        chunk_ms: list[float] = []
+        submitted_at: dict[int, float] = {}
+        busy: set[int] = set()  # groups with a micro-batch in flight
+        errors: list[MicroBatch] = []
+        first = None
+        seq = 0
+
+        def submit_next() -> None:
+            nonlocal next_group, seq
+            start, end = pending.pop(0)
+            parts = [self._read_part(request, start, end)]
+            rows: list[Request] = []
+            gi = None
+            for _ in range(len(live)):  # the next group with no token in flight
+                cand = live[next_group % len(live)]
+                next_group += 1
+                if cand not in busy:
+                    rows = self._live(groups[cand])
+                    if rows:
+                        gi = cand
+                        break
+            if gi is not None:
+                busy.add(gi)
+                parts.append(self._decode_part(rows))
+            submitted_at[seq] = self.clock()
+            self.pipeline.submit(MicroBatch(parts, tag=(seq, gi, rows)))
+            seq += 1
+
+        for _ in range(min(self.num_stages, len(pending))):
+            submit_next()
+        while self.pipeline.in_flight:
+            mb = self.pipeline.get()
+            index, gi, rows = mb.tag
+            chunk_ms.append((self.clock() - submitted_at.pop(index)) * 1000.0)
+            if mb.error is not None:
+                errors.append(mb)
+                continue
+            if gi is not None:
+                busy.discard(gi)
+                decode_tokens += self._deliver(rows, mb.parts[1].logits, on_token)
+            if mb.parts[0].logits is not None:
+                first = request.payload.sampler.sample(mb.parts[0].logits[0])
+                on_token(request, first)
+            if pending:
+                submit_next()
+        _raise_first_error(errors)
+        tokens = sum(end - start for start, end in chunks)
+        return MixedResult((self.clock() - t0) * 1000.0, len(chunks), tokens, decode_tokens, tuple(chunk_ms), first)
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+
+def _raise_first_error(results: Sequence[MicroBatch]) -> None:
+    for mb in results:
+        if mb.error is not None:
+            raise mb.error
