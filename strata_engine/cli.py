@@ -1,0 +1,199 @@
+"""`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md) and `generate` (one prompt,
+streamed to the terminal). Each engine flag maps to one EngineConfig field; the STRATA_* scheduler
+variables are read by strata_engine.config and listed at the end of --help.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+import click
+
+from .config import ENV_HELP, ENV_VARS, EngineConfig
+
+ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "executor",
+                "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "log_events")
+
+
+def _epilog() -> str:
+    lines = ["\b", "Scheduler environment variables (read at engine start; bad values fall back to the default):"]
+    for name, (_field, _cast, default, _min) in ENV_VARS.items():
+        lines.append(f"  {name} (default {default:g}): {ENV_HELP.get(name, '')}")
+    lines += ["\b", "Server: STRATA_API_KEY = --api-key."]
+    return "\n".join(lines)
+
+
+def _batch_groups(_ctx: Any, _param: Any, value: str) -> str | int:
+    if value == "auto":
+        return value
+    try:
+        groups = int(value)
+    except ValueError:
+        raise click.BadParameter(f"must be an integer or 'auto', got {value!r}") from None
+    if groups < 1:
+        raise click.BadParameter(f"must be >= 1, got {groups}")
+    return groups
+
+
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The EngineConfig flags, shared by serve and generate."""
+    options = [
+        click.option("--model", default="strata-tiny-moe", show_default=True,
+                     help="Model name (a bundled model) or a directory with config.json, weights and tokenizer."),
+        click.option("--batch", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Decode slots: requests that hold a KV cache at once; more wait in order."),
+        click.option("--batch-groups", default="1", show_default=True, callback=_batch_groups,
+                     help="Split the slots into N pipelined groups ('auto' = one per pipeline stage)."),
+        click.option("--split", type=click.IntRange(min=1), default=None,
+                     help="Layer split: layers [0, L) on stage 0, the rest on stage 1 (two stages)."),
+        click.option("--devices", default="",
+                     help="Comma-separated devices, one pipeline stage each (e.g. cuda:0,cuda:1); even layer split."),
+        click.option("--prefill-chunk", type=click.IntRange(min=1), default=512, show_default=True,
+                     help="Prompt tokens read per forward (a chunk)."),
+        click.option("--ctx", type=click.IntRange(min=2), default=4096, show_default=True,
+                     help="Context length per slot (prompt + generated tokens)."),
+        click.option("--executor", type=click.Choice(["torch", "sim"]), default="torch", show_default=True,
+                     help="torch = run the model; sim = a cost model with the same scheduler (fast, no weights)."),
+        click.option("--sim-profile", default=None,
+                     help="sim executor: name or JSON path of the cost profile (default pr2050-2x5090)."),
+        click.option("--time-scale", type=float, default=1.0, show_default=True,
+                     help="sim executor: modelled seconds per wall-clock second (10 = ten times faster)."),
+        click.option("--device", default=None, help="torch device for a single stage (default: cuda if present, else cpu)."),
+        click.option("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on cpu, bf16 on cuda)."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Engine seed: the default seed of requests that give none."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="torch intra-op threads per stage worker (default: cores / stages on cpu)."),
+        click.option("--log-events/--no-log-events", default=True, show_default=True,
+                     help="Echo every engine event (PIECE, YIELDED, ...) as one line on stderr."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def engine_config(options: dict[str, Any]) -> EngineConfig:
+    """EngineConfig from the parsed flags; a bad combination is a usage error naming it."""
+    values = {name: options[name] for name in ENGINE_FLAGS}
+    try:
+        return EngineConfig(**values)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+
+
+def _engine_factory(config: EngineConfig) -> Callable[[], Any]:
+    def build() -> Any:
+        from .engine import Engine  # imports torch: only when an engine is really built
+
+        return Engine(config)
+
+    return build
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="strata", prog_name="strata-engine")
+def main() -> None:
+    """Strata: a reference MoE inference engine (OpenAI-compatible server, one-off generation)."""
+
+
+@main.command(epilog=_epilog())
+@engine_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything beyond loopback needs --api-key (or --no-auth-ok).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="TCP port; 0 picks a free one. The URL is printed as 'STRATA_READY url=...' on stdout.")
+@click.option("--api-key", envvar="STRATA_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
+@click.option("--no-auth-ok", is_flag=True, help="Allow a non-loopback --host without an api key.")
+@click.option("--served-model-name", default=None, help="Model id shown by /v1/models (default: the engine's).")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=8 * 1024 * 1024, show_default=True,
+              help="Larger request bodies get 413.")
+@click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are cancelled.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True, help="Server log level (stderr).")
+def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
+          max_body_bytes: int, drain_timeout: float, log_level: str, **options: Any) -> None:
+    """Serve the OpenAI-compatible HTTP API (docs/API.md) until SIGTERM/SIGINT."""
+    from .server.run import is_loopback
+    from .server.run import serve as run_server
+
+    config = engine_config(options)
+    if not api_key and not is_loopback(host) and not no_auth_ok:
+        raise click.UsageError(f"--host {host} is reachable beyond this machine: set --api-key (or STRATA_API_KEY), "
+                               "or pass --no-auth-ok to serve without one")
+    try:
+        status = run_server(_engine_factory(config), host=host, port=port, model_name=served_model_name,
+                            api_key=api_key, max_body_bytes=max_body_bytes, drain_timeout=drain_timeout,
+                            log_level=log_level)
+    except OSError as err:
+        raise click.ClickException(str(err)) from None
+    sys.exit(status)
+
+
+@main.command()
+@engine_options
+@click.argument("prompt")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Tokens to generate.")
+@click.option("--temperature", type=click.FloatRange(0, 100), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
+@click.option("--sample-seed", type=int, default=None, help="Seed of this request's sampling.")
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past the end-of-sequence token.")
+@click.option("--token-ids", is_flag=True, help="PROMPT is comma-separated token ids; print the output ids at the end.")
+def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top_k: int, sample_seed: int | None,
+             stop: tuple[str, ...], ignore_eos: bool, token_ids: bool, **options: Any) -> None:
+    """Generate from PROMPT ('-' reads stdin) and stream the text to stdout; timing goes to stderr."""
+    from .sampling import RequestError, SamplingParams
+
+    config = engine_config(options)
+    text = sys.stdin.read() if prompt == "-" else prompt
+    try:
+        source: Any = [int(t) for t in text.replace(" ", "").split(",") if t] if token_ids else text
+    except ValueError:
+        raise click.BadParameter("with --token-ids, PROMPT must be comma-separated integers", param_hint="PROMPT") from None
+    try:
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                                seed=sample_seed, stop=stop, ignore_eos=ignore_eos)
+    except RequestError as err:
+        raise click.BadParameter(str(err), param_hint=f"--{(err.field or 'prompt').replace('_', '-')}") from None
+    engine = _engine_factory(config)()
+    with engine:
+        _stream_to_terminal(engine, source, params, token_ids)
+
+
+def _stream_to_terminal(engine: Any, prompt: Any, params: Any, show_ids: bool) -> None:
+    from .sampling import RequestError
+
+    started = time.perf_counter()
+    first = None
+    shown = 0  # characters written; the engine may hold back a possible stop-string prefix until the end
+    try:
+        handle = engine.submit(prompt, params)
+    except RequestError as err:
+        raise click.BadParameter(str(err), param_hint="PROMPT") from None
+    try:
+        for out in handle:
+            first = first or time.perf_counter()
+            sys.stdout.write(out.text)
+            sys.stdout.flush()
+            shown += len(out.text)
+    except KeyboardInterrupt:
+        handle.cancel()
+    completion = handle.result()
+    sys.stdout.write(completion.text[shown:] + "\n")
+    if show_ids:
+        sys.stdout.write(",".join(map(str, completion.token_ids)) + "\n")
+    sys.stdout.flush()
+    elapsed = time.perf_counter() - started
+    n = len(completion.token_ids)
+    ttft = f"{(first - started) * 1000:.0f} ms" if first else "-"
+    click.echo(f"[{n} tokens, finish_reason={completion.finish_reason}, first token {ttft}, "
+               f"{n / elapsed if elapsed > 0 else 0:.1f} tok/s]", err=True)
+
+
+if __name__ == "__main__":  # python -m strata_engine.cli
+    main()
+

@@ -1,0 +1,95 @@
+"""Prometheus metrics of one server, in its own CollectorRegistry (never the process-global one, so
+two apps in one process, as in tests, never share or collide).
+
+Counters are fed by the HTTP layer (requests, tokens, finish reasons, disconnects, token gaps) and by
+the engine's event log (read pieces, give-ways, every event kind); slot use and queue length are read
+from `engine.stats()` at scrape time, so they are never stale.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Decode pauses span 1 ms (a fast decode step) to tens of seconds (a long prompt read in one run).
+PAUSE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+# engine.stats() key -> (metric name, help); other numeric keys become strata_engine_<key>.
+STAT_GAUGES = {
+    "slots_total": ("strata_slots_total", "decode slots (--batch)"),
+    "slots_busy": ("strata_slots_busy", "slots holding a request (reading, parked or decoding)"),
+    "queue_len": ("strata_queue_length", "requests waiting for a slot"),
+    "requests_running": ("strata_requests_running", "requests in a slot"),
+}
+
+
+class EngineStatsCollector(Collector):
+    """Gauges read from engine.stats() at each scrape."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]):
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            stats = self._stats()
+        except Exception:  # an engine that is loading or gone has no stats; the scrape still works
+            return
+        for key, value in stats.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            name, doc = STAT_GAUGES.get(key, (f"strata_engine_{key}", f"engine.stats()['{key}']"))
+            yield GaugeMetricFamily(name, doc, value=value)
+
+    def describe(self) -> list:
+        return []  # values are only known at scrape time
+
+
+class ServerMetrics:
+    def __init__(self, stats: Callable[[], dict[str, Any]]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.http_requests = Counter("strata_http_requests", "HTTP requests answered, by endpoint and status",
+                                     ["endpoint", "status"], registry=r)
+        self.requests = Counter("strata_requests", "engine requests finished, by finish reason",
+                                ["finish_reason"], registry=r)
+        self.prompt_tokens = Counter("strata_prompt_tokens", "prompt tokens of finished requests", registry=r)
+        self.generation_tokens = Counter("strata_generation_tokens", "tokens generated (finished requests)", registry=r)
+        self.disconnects = Counter("strata_client_disconnects",
+                                   "requests whose client went away before the end (engine request cancelled)", registry=r)
+        self.decode_pause = Histogram("strata_decode_pause_seconds",
+                                      "gap between consecutive tokens of one stream (engine clock)",
+                                      buckets=PAUSE_BUCKETS, registry=r)
+        self.ttft = Histogram("strata_time_to_first_token_seconds", "submit to first token, per request",
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.events = Counter("strata_engine_events", "engine events by kind", ["kind"], registry=r)
+        self.read_pieces = Counter("strata_read_pieces", "prompt read pieces (PIECE events)", registry=r)
+        self.give_ways = Counter("strata_give_ways", "give-ways: a short request took over a read (YIELDED)", registry=r)
+        r.register(EngineStatsCollector(stats))
+
+    # HTTP layer (event loop)
+    def finished(self, finish_reason: str, prompt_tokens: int, generated: int) -> None:
+        self.requests.labels(finish_reason).inc()
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(generated)
+
+    def first_token(self, seconds: float) -> None:
+        self.ttft.observe(max(0.0, seconds))
+
+    def token_gap(self, seconds: float) -> None:
+        self.decode_pause.observe(max(0.0, seconds))
+
+    # engine thread (EventLog subscriber): counter increments only
+    def on_event(self, event: Any) -> None:
+        self.events.labels(event.kind).inc()
+        if event.kind == "PIECE":
+            self.read_pieces.inc()
+        elif event.kind == "YIELDED":
+            self.give_ways.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
