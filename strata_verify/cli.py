@@ -1,0 +1,206 @@
+"""`strata-verify`: the CI gate's command line (interleave, determinism, builds).
+
+Each subcommand is a small function: parse options, run the check, hand the Report to `_finish`,
+which prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0 (every check holds),
+1 (a check failed or was not exercised) or 2 (the gate could not run; the engine's stderr is shown).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from strata_verify import junit, manifest
+from strata_verify.builds import run_builds
+from strata_verify.client import GateError
+from strata_verify.determinism import DeterminismOptions, run_determinism
+from strata_verify.diverge import NEAR_TIE
+from strata_verify.engine_proc import Target
+from strata_verify.interleave import InterleaveOptions, run_interleave
+from strata_verify.report import FAIL, INFO, Report, Step
+from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
+
+DETERMINISM_ENGINE = "strata-engine serve --split 2 --batch 4 --batch-groups 2"
+
+
+def _output_options(fn):
+    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write raw results and the verdict as JSON.")(fn)
+    fn = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write JUnit XML for CI.")(fn)
+    fn = click.option("--markdown", is_flag=True, help="Print markdown (for a PR comment) instead of text.")(fn)
+    fn = click.option("--start-timeout", type=float, default=300.0, show_default=True, help="Seconds an engine may take to become ready.")(fn)
+    fn = click.option("--near-tie", type=float, default=NEAR_TIE, show_default=True, help="Top-2 logprob margin under which a difference is named a near-tie.")(fn)
+    return fn
+
+
+def _target(engine: str | None, url: str | None, default: str, start_timeout: float) -> Target:
+    if engine and url:
+        raise click.UsageError("give --engine or --url, not both")
+    if url:
+        return Target(url=url, start_timeout=start_timeout)
+    return Target(command=engine or default, start_timeout=start_timeout)
+
+
+def _finish(report: Report, markdown: bool, junit_path: str | None, json_path: str | None, raw: dict) -> None:
+    click.echo(report.render_markdown() if markdown else report.render_text())
+    if junit_path:
+        junit.write(report, junit_path)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
+    sys.exit(report.exit_code)
+
+
+def _gate_failed(report: Report, exc: GateError) -> None:
+    report.gate_error = str(exc)
+    report.stderr_tail = list(exc.stderr_tail)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"strata-verify: {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Text-equality gate for engine scheduler changes (see docs/VERIFY.md)."""
+
+
+@main.command()
+@click.option("--engine", help="Engine command line (a fresh engine per phase); `--host/--port` are appended unless it has {port}.")
+@click.option("--url", help="URL of a running server instead (solo runs then share it: not fresh).")
+@click.option("--scale", type=float, default=1.0, show_default=True, help="Multiply the spec's sizes (40K long prompt).")
+@click.option("--tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
+@click.option("--vocab", type=int, help="Vocabulary size, for engines without GET /v1/engine.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
+@_output_options
+def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
+    """A and B decode, C's long read joins, D gives way to E; every request must equal its solo run."""
+    try:
+        plan = InterleavePlan(scale=scale, answer_tokens=tokens)
+        options = InterleaveOptions(plan=plan, near_tie=near_tie, phase_timeout=timeout, vocab_size=vocab)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    target = _target(engine, url, default_engine_command(scale), start_timeout)
+    report = Report(meta={"check": "interleave", "engine": target.describe(), "scale": scale,
+                          "prompts": " ".join(f"{k}={v}" for k, v in plan.prompt_lengths().items())})
+    if not engine and not url:
+        report.meta["default piece"] = default_piece(scale)
+    raw: dict = {}
+    started = time.monotonic()
+    _progress(f"interleave on {target.describe()}")
+    try:
+        run = run_interleave(target, options)
+        report.add(*run.steps)
+        raw = run.to_dict()
+    except GateError as exc:
+        _gate_failed(report, exc)
+    report.meta["seconds"] = round(time.monotonic() - started, 1)
+    _finish(report, markdown, junit_path, json_path, raw)
+
+
+@main.command()
+@click.option("--engine", help="Engine command line (each run on a fresh engine).")
+@click.option("--url", help="URL of a running server instead (both runs share it: not fresh).")
+@click.option("--tokens", type=int, help="Tokens per answer [default: 64, or the --against manifest's].")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), help="Write the hashes and environment as a manifest.")
+@click.option("--against", "against_path", type=click.Path(dir_okay=False), help="Compare with another build's manifest.")
+@_output_options
+def determinism(engine, url, tokens, save_path, against_path, near_tie, start_timeout, markdown, junit_path, json_path):
+    """Six fixed greedy prompts, each answered twice on a fresh engine; SHA-256 of each answer's token ids."""
+    target = _target(engine, url, DETERMINISM_ENGINE, start_timeout)
+    report = Report(meta={"check": "determinism", "engine": target.describe()})
+    against = None
+    if against_path:
+        try:
+            against = manifest.load(against_path)
+        except manifest.ManifestError as exc:
+            report.add(Step("determinism", f"against {against_path}", FAIL, str(exc)))
+            _finish(report, markdown, junit_path, json_path, {})
+    try:
+        options = DeterminismOptions(tokens=tokens or (against["max_tokens"] if against else 64), near_tie=near_tie)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    report.meta["tokens"] = options.tokens
+    raw: dict = {}
+    started = time.monotonic()
+    _progress(f"determinism on {target.describe()}")
+    try:
+        run = run_determinism(target, options)
+        report.add(*run.steps)
+        raw = run.to_dict()
+        if against is not None:
+            report.add(*manifest.compare(against, run, label=Path(against_path).name))
+        if save_path:
+            report.add(_save(run, save_path))
+    except GateError as exc:
+        _gate_failed(report, exc)
+    report.meta["seconds"] = round(time.monotonic() - started, 1)
+    _finish(report, markdown, junit_path, json_path, raw)
+
+
+def _save(run, path: str) -> Step:
+    if any(step.failed for step in run.steps):
+        return Step("determinism", "manifest", INFO, f"not saved to {path}: the runs differ, so there is no single answer to record")
+    manifest.save(manifest.build(run), path)
+    return Step("determinism", "manifest", INFO, f"saved to {path}")
+
+
+_BUILD = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$", re.S)
+
+
+def _build_targets(values: tuple[str, ...], start_timeout: float) -> list[Target]:
+    targets = []
+    for value in values:
+        match = _BUILD.match(value.strip())
+        if not match:
+            raise click.BadParameter(f"{value!r}: give NAME=COMMAND (or NAME=http://host:port)", param_hint="--engine")
+        name, what = match.groups()
+        is_url = re.match(r"^https?://", what.strip()) is not None
+        targets.append(Target(name=name, url=what.strip() if is_url else None, command=None if is_url else what,
+                              start_timeout=start_timeout))
+    if len(targets) < 2:
+        raise click.BadParameter("give at least two builds: --engine A=COMMAND --engine B=COMMAND", param_hint="--engine")
+    if len({t.name for t in targets}) != len(targets):
+        raise click.BadParameter("build names must be unique", param_hint="--engine")
+    return targets
+
+
+@main.command()
+@click.option("--engine", "engines", multiple=True, required=True, help="NAME=COMMAND, once per build (first = reference).")
+@click.option("--scale", type=float, default=1.0, show_default=True, help="Interleave sizes, as in `interleave`.")
+@click.option("--tokens", type=int, default=64, show_default=True, help="Tokens per determinism answer.")
+@click.option("--interleave-tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
+@click.option("--only", type=click.Choice(["interleave", "determinism"]), help="Run one check only.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
+@_output_options
+def builds(engines, scale, tokens, interleave_tokens, only, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
+    """Both checks for two builds side by side, and their answers compared with each other."""
+    targets = _build_targets(engines, start_timeout)
+    try:
+        iopts = InterleaveOptions(plan=InterleavePlan(scale=scale, answer_tokens=interleave_tokens),
+                                  near_tie=near_tie, phase_timeout=timeout)
+        dopts = DeterminismOptions(tokens=tokens, near_tie=near_tie)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    report = Report(meta={"check": "builds", **{f"build {t.name}": t.describe() for t in targets}, "scale": scale})
+    raw: dict = {}
+    started = time.monotonic()
+    _progress("builds " + ", ".join(t.name for t in targets))
+    def on_step(step: Step) -> None:  # steps are kept as they come, so a later gate error loses none
+        report.add(step)
+        _progress(f"[{step.status}] {step.title}")
+
+    try:
+        run = run_builds(targets, None if only == "determinism" else iopts, None if only == "interleave" else dopts,
+                         on_step=on_step)
+        raw = run.to_dict()
+    except GateError as exc:
+        _gate_failed(report, exc)
+    report.meta["seconds"] = round(time.monotonic() - started, 1)
+    _finish(report, markdown, junit_path, json_path, raw)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The interleave check, run: A and B decode; C's long read joins them; D's long read gives way to E;
+then every request again, alone, on a fresh engine.
+
+This module drives the two phases and gathers evidence (`InterleaveRun`: every token with its arrival
+time, the engine's events); `interleave_steps` turns that evidence into pass / fail / not exercised.
+With `--url` both phases share the one server, so "solo" is alone but not fresh (said in the report).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata_verify.client import Completion, EngineClient, GateError, StreamTask
+from strata_verify.diverge import NEAR_TIE
+from strata_verify.engine_proc import Target
+from strata_verify.report import Step
+from strata_verify.requests import NAMES, InterleavePlan, request_id
+from strata_verify.watcher import EventWatcher
+
+
+@dataclass(frozen=True)
+class InterleaveOptions:
+    plan: InterleavePlan = field(default_factory=InterleavePlan)
+    near_tie: float = NEAR_TIE
+    phase_timeout: float = 900.0  # seconds any one wait may take before the gate gives up
+    decode_cap: int = 100_000  # at most this many tokens for A and B (they are cancelled when C-E are done)
+    vocab_size: int | None = None  # for engines without GET /v1/engine
+    request_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.near_tie < 0:
+            raise ValueError(f"--near-tie must be >= 0, got {self.near_tie}")
+        if self.phase_timeout <= 0:
+            raise ValueError(f"phase timeout must be > 0, got {self.phase_timeout}")
+        if self.decode_cap < 1:
+            raise ValueError(f"decode cap must be >= 1, got {self.decode_cap}")
+
+
+@dataclass
+class InterleaveRun:
+    """Everything one interleave check saw; `steps` is filled by interleave_steps.judge."""
+
+    target: Target
+    options: InterleaveOptions
+    info: dict[str, Any] = field(default_factory=dict)
+    prompts: dict[str, list[int]] = field(default_factory=dict)
+    interleaved: dict[str, Completion] = field(default_factory=dict)
+    solo: dict[str, Completion] = field(default_factory=dict)
+    watcher: EventWatcher | None = None
+    t0: float = 0.0
+    nonce: str = ""
+    steps: list[Step] = field(default_factory=list)
+
+    def ids(self, phase: str = "interleave") -> dict[str, str]:
+        return {name: request_id(phase, name, self.nonce) for name in NAMES}
+
+    def rel(self, t: float | None) -> str:
+        """A gate-clock time as seconds since the run began: `+1.234 s`."""
+        return "n/a" if t is None else f"+{t - self.t0:.3f} s"
+
+    def to_dict(self) -> dict[str, Any]:
+        def answer(c: Completion) -> dict[str, Any]:
+            return {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs,
+                    "times": [round(t - self.t0, 6) for t in c.times], "sent_at": round(c.sent_at - self.t0, 6),
+                    "finish_reason": c.finish_reason, "cancelled": c.cancelled}
+        events = self.watcher.events if self.watcher else []
+        return {"target": self.target.describe(), "engine": self.info,
+                "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
+                "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
+                "solo": {k: answer(v) for k, v in self.solo.items()},
+                "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in events]}
+
+
+def run_interleave(target: Target, options: InterleaveOptions) -> InterleaveRun:
+    """Both phases, then the verdict. GateError when an engine cannot be started or a request fails."""
+    from strata_verify.interleave_steps import judge  # judging needs this module's InterleaveRun
+
+    run = InterleaveRun(target=target, options=options, nonce=secrets.token_hex(4))
+    with target.launch() as launch:
+        _interleaved_phase(run, EngineClient(launch.url, options.request_timeout))
+    with target.launch() as launch:
+        _solo_phase(run, EngineClient(launch.url, options.request_timeout))
+    run.steps = judge(run)
+    return run
+
+
+def _check(task: StreamTask, what: str) -> Completion:
+    result = task.result
+    if result.error:
+        raise GateError(f"interleave: request {result.name} ({what}) failed: {result.error}")
+    return result
+
+
+def _finish(task: StreamTask, timeout: float, what: str) -> Completion:
+    """Wait for a request to end; GateError when it failed or did not end in time."""
+    task.join(timeout)
+    result = _check(task, what)
+    if result.finish_reason is None:
+        raise GateError(f"interleave: request {result.name} ({what}) did not finish in {timeout:.0f} s")
+    return result
+
+
+def _prepare(run: InterleaveRun, client: EngineClient) -> int:
+    """Engine facts, prompts, and how many tokens A and B may decode; GateError when they cannot fit."""
+    info = client.prepare()
+    run.info = info
+    plan = run.options.plan
+    vocab = info.get("vocab_size") or run.options.vocab_size
+    if not vocab:
+        raise GateError("interleave: the engine reports no vocab_size (GET /v1/engine); pass --vocab N")
+    ctx = info.get("ctx")
+    if ctx and plan.needed_ctx() > ctx:
+        raise GateError(f"interleave: C's prompt ({plan.long_tokens} tokens) plus {plan.answer_tokens} answer tokens "
+                        f"does not fit the engine's context ({ctx}); lower --scale or give the engine a larger --ctx")
+    run.prompts = plan.prompts(int(vocab), info.get("eos_token_id"))
+    longest_decoder = max(len(run.prompts["A"]), len(run.prompts["B"]))
+    room = (ctx - longest_decoder - 1) if ctx else run.options.decode_cap
+    return max(1, min(room, run.options.decode_cap))
+
+
+def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
+    opts, plan = run.options, run.options.plan
+    decode_tokens = _prepare(run, client)
+    ids = run.ids("interleave")
+    run.watcher = EventWatcher(client.url).start()
+    run.t0 = time.monotonic()
+    tasks = {name: StreamTask(client, name, ids[name], run.prompts[name], decode_tokens) for name in ("A", "B")}
+    try:
+        for task in tasks.values():
+            task.start()
+        for task in tasks.values():  # A and B decode before C is sent
+            if not task.first_token.wait(opts.phase_timeout):
+                raise GateError(f"interleave: {task.result.name} got no token in {opts.phase_timeout:.0f} s")
+            _check(task, "decoding before C")
+        tasks["C"] = StreamTask(client, "C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
+        _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
+        tasks["D"] = StreamTask(client, "D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
+        # E goes in while D is being read: as soon as the engine says D's read began. Without an
+        # event feed E follows D at once; the give-way step then fails as not exercised (no proof).
+        run.watcher.wait_for(lambda e: e.get("request_id") == ids["D"] and e.get("kind") in ("READ_START", "PIECE"),
+                             timeout=min(opts.phase_timeout, 120.0))
+        tasks["E"] = StreamTask(client, "E", ids["E"], run.prompts["E"], plan.answer_tokens).start()
+        for name in ("D", "E"):
+            _finish(tasks[name], opts.phase_timeout, "D gives way to E")
+        for name in ("A", "B"):
+            _check(tasks[name], "decoding while C, D and E ran")
+    finally:
+        for name in ("A", "B"):
+            tasks[name].cancel()
+        for task in tasks.values():
+            task.join(30.0)
+        run.watcher.stop()
+    run.interleaved = {name: task.result for name, task in tasks.items()}
+
+
+def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
+    """Each request alone, one after another, with the number of tokens it got interleaved."""
+    client.prepare()
+    ids = run.ids("solo")
+    for name in NAMES:
+        tokens = len(run.interleaved[name].token_ids) if name in ("A", "B") else run.options.plan.answer_tokens
+        answer = client.complete(name, ids[name], run.prompts[name], max(1, tokens))
+        if answer.error:
+            raise GateError(f"interleave: solo run of {name} failed: {answer.error}")
+        run.solo[name] = answer

@@ -1,0 +1,256 @@
+"""A synthetic engine server that follows docs/API.md, for fast tests of the gate's logic (no model).
+
+Tokens are a hash of (prompt, position), so greedy answers are deterministic whatever runs beside
+them. Reads take `--read-ms-per-token`, go in `--piece`-token pieces (0 = one run), and decoding
+pauses while a piece is read, as in strata-engine; at a piece's end a waiting prompt under half as
+long takes over (YIELDED) unless `--no-yield`. Events go to GET /v1/events and, as log lines, stderr.
+
+    python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from strata_engine.events import EngineEvent
+
+
+def token_at(prompt: list[int], index: int, vocab: int) -> int:
+    digest = hashlib.sha256(f"{prompt}|{index}".encode()).digest()
+    return 1 + int.from_bytes(digest[:4], "little") % (vocab - 1)
+
+
+def logprobs_at(prompt: list[int], index: int) -> tuple[float, float]:
+    """(chosen logprob, top-2 margin), deterministic per position."""
+    digest = hashlib.sha256(f"lp|{prompt}|{index}".encode()).digest()
+    return -(digest[0] / 128.0), 0.05 + digest[1] / 64.0
+
+
+@dataclass
+class Job:
+    request_id: str
+    prompt: list[int]
+    read: asyncio.Future
+    tokens_read: int = 0
+    started: bool = False
+    t_start: float = 0.0
+
+
+@dataclass
+class Fake:
+    args: argparse.Namespace
+    events: list[dict] = field(default_factory=list)
+    waiting: list[Job] = field(default_factory=list)
+    completions: int = 0
+    in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        self.decode_allowed = asyncio.Event()
+        self.decode_allowed.set()
+        self.wake = asyncio.Event()
+        self.new_event = asyncio.Condition()
+
+    async def emit(self, kind: str, request_id: str | None, **fields) -> None:
+        event = EngineEvent(kind, time.monotonic(), fields.pop("slot", None), request_id, fields)
+        self.events.append({"index": len(self.events), **event.to_dict()})
+        print(event.log_line(), file=sys.stderr, flush=True)
+        async with self.new_event:
+            self.new_event.notify_all()
+
+    async def read_loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.waiting:
+                await self.read(self.waiting.pop(0))
+
+    async def read(self, job: Job) -> None:
+        piece = self.args.piece or len(job.prompt)
+        if not job.started:
+            job.started, job.t_start = True, time.monotonic()
+            await self.emit("READ_START", job.request_id, tokens=len(job.prompt))
+        while job.tokens_read < len(job.prompt):
+            tokens = min(piece, len(job.prompt) - job.tokens_read)
+            self.decode_allowed.clear()  # decoding waits while a piece goes through the pipeline
+            await asyncio.sleep(tokens * self.args.read_ms_per_token / 1000)
+            self.decode_allowed.set()
+            job.tokens_read += tokens
+            if not self.args.piece or job.tokens_read >= len(job.prompt):
+                break
+            await asyncio.sleep(self.args.decode_budget_ms / 1000)  # the decode budget after a piece
+            await self.emit("PIECE", job.request_id, tokens=tokens, tokens_read=job.tokens_read,
+                            read_ms=tokens * self.args.read_ms_per_token, decode_ms=self.args.decode_budget_ms,
+                            decode_steps=int(self.args.decode_budget_ms // self.args.decode_ms))
+            taker = next((w for w in self.waiting if 2 * len(w.prompt) < len(job.prompt)), None)
+            if taker is not None and not self.args.no_yield:
+                self.waiting.remove(taker)
+                await self.emit("YIELDED", job.request_id, slot=2, tokens_read=job.tokens_read, to=taker.request_id)
+                await self.read(taker)
+                await self.emit("RESUME", job.request_id, tokens_read=job.tokens_read)
+        if self.args.piece and len(job.prompt) > 0:
+            last = len(job.prompt) - (len(job.prompt) - 1) // piece * piece
+            await self.emit("PIECE", job.request_id, tokens=last, tokens_read=job.tokens_read,
+                            read_ms=last * self.args.read_ms_per_token, decode_ms=0.0, decode_steps=0)
+        await self.emit("READ_DONE", job.request_id, tokens=len(job.prompt),
+                        read_ms=round((time.monotonic() - job.t_start) * 1000, 3))
+        job.read.set_result(True)
+
+
+def build_app(args: argparse.Namespace) -> FastAPI:
+    state: dict[str, Fake] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        state["fake"] = Fake(args)
+        reader = asyncio.get_running_loop().create_task(state["fake"].read_loop())
+        yield
+        reader.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "strata", "max_model_len": args.ctx}]}
+
+    @app.get("/v1/engine")
+    async def engine():
+        return {"model": "fake", "executor": "fake", "batch": 4, "batch_groups": args.groups, "num_stages": 2,
+                "prefill_chunk": 128, "ctx": args.ctx, "piped_read_piece": args.piece, "decode_share": 0.5,
+                "decode_min_ms": 20.0, "decode_max_ms": 400.0, "read_mix": 0, "pause_target_ms": 0.0, "device": "cpu",
+                "dtype": "float32", "vocab_size": args.vocab, "eos_token_id": 0, "supports_token_ids": True,
+                "version": "fake-1", "batch_invariant": args.batch_invariant}
+
+    @app.get("/v1/events")
+    async def events(since: int = 0, follow: int = 0):
+        fake = state["fake"]
+        if args.no_events:
+            return JSONResponse({"error": {"message": "no events", "type": "invalid_request_error"}}, status_code=404)
+        if not follow:
+            body = "".join(json.dumps(e) + "\n" for e in fake.events[since:])
+            return PlainTextResponse(body, media_type="application/x-ndjson",
+                                     headers={"X-Strata-Next-Index": str(len(fake.events))})
+
+        async def feed():
+            index = since
+            while True:
+                while index < len(fake.events):
+                    yield json.dumps(fake.events[index]) + "\n"
+                    index += 1
+                async with fake.new_event:
+                    await fake.new_event.wait()
+
+        return StreamingResponse(feed(), media_type="application/x-ndjson")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        fake = state["fake"]
+        body = await request.json()
+        fake.completions += 1
+        if args.die_after and fake.completions > args.die_after:
+            print("fake engine: simulated crash (CUDA error: an illegal memory access)", file=sys.stderr, flush=True)
+            os._exit(7)
+        prompt = body.get("prompt")
+        prompt_ids = prompt if isinstance(prompt, list) else [b + 1 for b in str(prompt).encode()]
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        max_tokens = int(body.get("max_tokens", 16))
+        if len(prompt_ids) + max_tokens > args.ctx:
+            return JSONResponse({"error": {"message": "prompt too long", "type": "invalid_request_error",
+                                           "param": "prompt", "code": None}}, status_code=400)
+        job = Job(rid, prompt_ids, asyncio.get_running_loop().create_future())
+        await fake.emit("ADMIT", rid, slot=None)
+        fake.waiting.append(job)
+        fake.wake.set()
+        want_lp = body.get("logprobs") is not None
+
+        def chunk(index: int) -> dict:
+            token = token_at(prompt_ids, index, args.vocab)
+            choice = {"index": 0, "text": f" t{token}", "finish_reason": "length" if index == max_tokens - 1 else None,
+                      "token_ids": [token], "logprobs": None}
+            if index == 0:
+                choice["prompt_token_ids"] = prompt_ids
+            if want_lp:
+                lp, margin = logprobs_at(prompt_ids, index)
+                if args.logprob_jitter and fake.in_flight > 1:
+                    lp += args.logprob_jitter  # batch-shape-dependent rounding, as a real kernel might have
+                choice["logprobs"] = {"tokens": [f" t{token}"], "token_logprobs": [lp],
+                                      "top_logprobs": [{f" t{token}": lp, " alt": lp - margin}], "text_offset": [0]}
+            return {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time()), "model": "fake",
+                    "choices": [choice]}
+
+        async def stream():
+            fake.in_flight += 1
+            try:
+                await job.read
+                for index in range(max_tokens):
+                    if index:
+                        await asyncio.sleep(args.decode_ms / 1000)
+                    await fake.decode_allowed.wait()
+                    yield f"data: {json.dumps(chunk(index))}\n\n"
+                yield "data: " + json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [],
+                                             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
+                                                       "total_tokens": len(prompt_ids) + max_tokens}}) + "\n\n"
+                yield "data: [DONE]\n\n"
+                await fake.emit("FINISH", rid)
+            finally:
+                fake.in_flight -= 1
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--piece", type=int, default=512, help="tokens per read piece; 0 = one run")
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--read-ms-per-token", type=float, default=0.2)
+    parser.add_argument("--decode-ms", type=float, default=5.0)
+    parser.add_argument("--decode-budget-ms", type=float, default=40.0)
+    parser.add_argument("--no-yield", action="store_true")
+    parser.add_argument("--no-events", action="store_true")
+    parser.add_argument("--batch-invariant", action="store_true")
+    parser.add_argument("--logprob-jitter", type=float, default=0.0)
+    parser.add_argument("--die-after", type=int, default=0, help="exit after N completions (0 = never)")
+    parser.add_argument("--fail-start", action="store_true", help="write an error to stderr and exit 3")
+    args = parser.parse_args(argv)
+    if args.fail_start:
+        print("fake engine: cannot load model weights: file not found", file=sys.stderr, flush=True)
+        sys.exit(3)
+
+    async def serve() -> None:
+        server = uvicorn.Server(uvicorn.Config(build_app(args), host=args.host, port=args.port, log_level="warning"))
+
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            print(f"STRATA_READY url=http://{args.host}:{args.port}", flush=True)
+
+        task = asyncio.get_running_loop().create_task(announce())
+        await server.serve()
+        task.cancel()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
