@@ -1,0 +1,251 @@
+"""The simulated executor: the Executor protocol over a cost model instead of a model (no torch).
+
+Contract: every call advances modelled time by what a `CostProfile` says the work costs on a
+pipeline of `num_stages` stages, sleeps that time / `time_scale` on the injected clock and sleep
+(a fake clock in tests: zero wall time), and delivers each token through `on_token` at its modelled
+arrival. Tokens depend only on (prompt ids, output index, seed), so a request gets the same tokens
+solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
+raises ValueError on a misuse, so scheduler bugs surface in tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import math
+from array import array
+from typing import Callable, Sequence
+
+from .executor import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
+from .scheduler.request import Phase, Request
+from .sim_profile import CostProfile, load_profile
+
+__all__ = ["SimExecutor", "CostProfile", "load_profile"]
+
+
+class SimExecutor:
+    def __init__(
+        self,
+        profile: CostProfile,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        time_scale: float = 1.0,
+        vocab_size: int = 32000,
+        eos_token_id: int | None = None,
+        seed: int = 0,
+        num_stages: int | None = None,
+        logprobs_of: Callable[[Request], int | None] | None = None,
+        eos_probability: float = 0.0,
+    ):
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        if not 0.0 <= eos_probability <= 1.0:
+            raise ValueError(f"eos_probability must be in [0, 1], got {eos_probability}")
+        if eos_probability > 0 and eos_token_id is None:
+            raise ValueError("eos_probability > 0 needs an eos_token_id")
+        self.profile = profile
+        self.num_stages = num_stages or profile.num_stages
+        self.clock, self.sleep, self.time_scale = clock, sleep, time_scale
+        self.vocab_size, self.eos_token_id, self.seed = vocab_size, eos_token_id, seed
+        self.logprobs_of = logprobs_of  # how many top logprobs a request wants (None = none); keeps payload out of here
+        self.eos_probability = eos_probability
+        self._kv: dict[int, int] = {}  # prepared slot -> tokens in its KV cache
+        self._digests: dict[str, bytes] = {}
+        self._cursor = float("-inf")  # wall time the last call's modelled work ends
+        self._t0 = 0.0
+        self._seq = itertools.count()
+
+    # -- slots --------------------------------------------------------------------------------------
+    def prepare_slot(self, slot: int) -> None:
+        self._kv[slot] = 0
+
+    def free_slot(self, slot: int) -> None:
+        self._kv.pop(slot, None)
+
+    # -- tokens -------------------------------------------------------------------------------------
+    def token_for(self, request: Request, index: int) -> SampledToken:
+        """The request's output token at `index`: a function of its prompt, the index and the seed."""
+        digest = self._digests.get(request.request_id)
+        if digest is None:
+            digest = hashlib.blake2b(array("q", request.prompt_ids).tobytes(), digest_size=16).digest()
+            self._digests[request.request_id] = digest
+        h = hashlib.blake2b(digest + index.to_bytes(8, "little") + self.seed.to_bytes(8, "little", signed=True), digest_size=16).digest()
+        u1 = int.from_bytes(h[:8], "little") / 2**64
+        u2 = int.from_bytes(h[8:], "little") / 2**64
+        if self.eos_probability > 0 and u2 < self.eos_probability:
+            token = self.eos_token_id
+        else:
+            token = int(self.vocab_size * u1**3)  # skewed to low ids, as frequent tokens are
+            if token == self.eos_token_id:
+                token = (token + 1) % self.vocab_size
+        k = self.logprobs_of(request) if self.logprobs_of is not None else None
+        if k is None:
+            return SampledToken(token)
+        p0 = 0.3 + 0.65 * u2  # the chosen token is the most likely one
+        top, rest = [(token, math.log(p0))], 1.0 - p0
+        for j in range(1, k):
+            rest /= 2.0
+            top.append(((token + 1 + j * 7919) % self.vocab_size, math.log(rest)))
+        return SampledToken(token, math.log(p0), tuple(top[:k]))
+
+    # -- time ---------------------------------------------------------------------------------------
+    def _begin(self) -> None:
+        self._t0 = max(self._cursor, self.clock())
+
+    def _wait_until(self, model_ms: float) -> None:
+        delay = self._t0 + model_ms / 1000.0 / self.time_scale - self.clock()
+        if delay > 0:
+            self.sleep(delay)
+
+    def _end(self, model_ms: float) -> None:
+        self._cursor = self._t0 + model_ms / 1000.0 / self.time_scale
+
+    # -- protocol checks ----------------------------------------------------------------------------
+    def _check_read(self, request: Request, chunks: Sequence[tuple[int, int]]) -> None:
+        rid = request.request_id
+        if not chunks:
+            raise ValueError(f"read of {rid}: no chunks")
+        if request.slot not in self._kv:
+            raise ValueError(f"read of {rid}: slot {request.slot} was not prepared")
+        position = self._kv[request.slot]
+        if chunks[0][0] != position or position != request.tokens_read:
+            raise ValueError(
+                f"read of {rid}: starts at {chunks[0][0]}, but the slot holds {position} tokens and tokens_read is {request.tokens_read}"
+            )
+        for (start, end), nxt in zip(chunks, list(chunks[1:]) + [None]):
+            if not start < end or (nxt is not None and nxt[0] != end):
+                raise ValueError(f"read of {rid}: chunks must be non-empty and contiguous, got {list(chunks)}")
+        if chunks[-1][1] > request.prompt_tokens:
+            raise ValueError(f"read of {rid}: chunk ends at {chunks[-1][1]} past the prompt's {request.prompt_tokens} tokens")
+
+    def _check_decode(self, request: Request) -> None:
+        held = self._kv.get(request.slot)
+        if held != request.context_tokens or not request.output_ids:
+            raise ValueError(
+                f"decode of {request.request_id}: slot {request.slot} holds {held} tokens, the request expects "
+                f"{request.context_tokens} with {request.tokens_generated} generated"
+            )
+
+    # -- pipeline -----------------------------------------------------------------------------------
+    def _through(self, stage_free: list[float], start: float, stage_ms: float) -> float:
+        """Send one micro-batch through every stage; returns when it leaves the last one."""
+        t = start
+        for s in range(self.num_stages):
+            t = max(t, stage_free[s]) + stage_ms
+            stage_free[s] = t
+        return t
+
+    def _deliver_until(self, inflight: list, until: float, on_token: OnToken) -> int:
+        """Tokens of micro-batches that left the pipeline by `until`, in time order, each at its time."""
+        delivered = 0
+        while inflight and inflight[0][0] <= until:
+            done, _, requests = heapq.heappop(inflight)
+            self._wait_until(done)
+            for request in requests:
+                self._kv[request.slot] += 1
+                if request.phase is Phase.DECODING:
+                    on_token(request, self.token_for(request, request.tokens_generated))
+                    delivered += 1
+        return delivered
+
+    # -- the protocol -------------------------------------------------------------------------------
+    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+        self._check_read(request, chunks)
+        self._begin()
+        p = self.profile
+        stage_free = [p.read_run_ms] * self.num_stages
+        done = p.read_run_ms
+        for start, end in chunks:
+            done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
+        self._wait_until(done)
+        self._kv[request.slot] = chunks[-1][1]
+        first = self._first_token(request, chunks, on_token)
+        self._end(done)
+        return RunResult(done, len(chunks), chunks[-1][1] - chunks[0][0], first)
+
+    def _first_token(self, request: Request, chunks, on_token: OnToken) -> SampledToken | None:
+        if chunks[-1][1] != request.prompt_tokens:
+            return None
+        token = self.token_for(request, 0)
+        on_token(request, token)
+        return token
+
+    def decode(self, groups, on_token: OnToken, budget_ms: float | None = None, max_rounds: int | None = None,
+               should_stop: Callable[[], bool] | None = None) -> DecodeResult:
+        """Rounds of one micro-batch per group, pipelined; the budget and should_stop are checked at each
+        round's start (a budget > 0 always gets one full round), then the pipeline drains."""
+        live_groups = [[list(g), 0.0] for g in groups if g]  # [requests, when its last token is out]
+        if not live_groups or (budget_ms is not None and budget_ms <= 0) or (max_rounds is not None and max_rounds <= 0):
+            return DecodeResult(0.0, 0, 0)
+        self._begin()
+        call_ms = self.profile.decode_call_ms
+        stage_free = [call_ms] * self.num_stages
+        for g in live_groups:
+            g[1] = call_ms
+        inflight: list = []
+        rounds = tokens = 0
+        end = call_ms
+        while max_rounds is None or rounds < max_rounds:
+            round_start = max(stage_free[0], live_groups[0][1])
+            tokens += self._deliver_until(inflight, round_start, on_token)
+            self._wait_until(round_start)
+            if rounds > 0 and budget_ms is not None and round_start >= budget_ms:
+                break
+            if should_stop is not None and should_stop():
+                break
+            issued = False
+            for group in live_groups:
+                start = max(stage_free[0], group[1])
+                tokens += self._deliver_until(inflight, start, on_token)  # a token may finish its request
+                live = [r for r in group[0] if r.phase is Phase.DECODING]
+                if not live:
+                    continue
+                for request in live:
+                    self._check_decode(request)
+                done = self._through(stage_free, start, self.profile.decode_stage_ms([r.context_tokens for r in live]))
+                group[1] = done
+                end = max(end, done)
+                heapq.heappush(inflight, (done, next(self._seq), live))
+                issued = True
+            if not issued:
+                break
+            rounds += 1
+        tokens += self._deliver_until(inflight, math.inf, on_token)
+        self._wait_until(end)
+        self._end(end)
+        return DecodeResult(end if rounds else 0.0, rounds, tokens)
+
+    def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken) -> MixedResult:
+        """Issue 7: micro-batch i carries chunk i plus the decode tokens of group i % G (when that group's
+        previous token is out), so the streams advance while the prompt is read."""
+        self._check_read(request, chunks)
+        self._begin()
+        p = self.profile
+        live_groups = [[list(g), p.read_run_ms] for g in groups if g]
+        stage_free = [p.read_run_ms] * self.num_stages
+        inflight: list = []
+        decode_tokens, chunk_ms, done = 0, [], p.read_run_ms
+        for i, (start, end) in enumerate(chunks):
+            issue = stage_free[0]
+            decode_tokens += self._deliver_until(inflight, issue, on_token)
+            riders: list[Request] = []
+            if live_groups:
+                group = live_groups[i % len(live_groups)]
+                if group[1] <= issue:
+                    riders = [r for r in group[0] if r.phase is Phase.DECODING]
+            for rider in riders:
+                self._check_decode(rider)
+            stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms([r.context_tokens for r in riders])
+            done = self._through(stage_free, issue, stage_ms)
+            chunk_ms.append(done - issue)
+            if riders:
+                group[1] = done
+                heapq.heappush(inflight, (done, next(self._seq), riders))
+        self._wait_until(done)
+        self._kv[request.slot] = chunks[-1][1]
+        first = self._first_token(request, chunks, on_token)
+        decode_tokens += self._deliver_until(inflight, math.inf, on_token)
+        self._end(done)
+        return MixedResult(done, len(chunks), chunks[-1][1] - chunks[0][0], decode_tokens, tuple(chunk_ms), first)

@@ -1,0 +1,148 @@
+"""Test doubles for the scheduler: a fake clock with timers, a recording sink and executor, a harness.
+
+The fake clock only moves when the simulated executor sleeps (or a test advances it), and fires
+timers (`at(t, fn)`) at their exact time inside a sleep, so a request can arrive mid-piece. A whole
+spec-sized scenario runs in model time: deterministic, in milliseconds of wall time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from strata_engine.config import SchedulerConfig
+from strata_engine.events import EventLog
+from strata_engine.scheduler.request import Request
+from strata_engine.scheduler.scheduler import Scheduler
+from strata_engine.sim import SimExecutor
+from strata_engine.sim_clock import VirtualClock
+from strata_engine.sim_profile import CostProfile
+
+# A two-stage profile with round numbers: a 512-token chunk is 51.2 ms per stage, a run costs 100 ms
+# fixed, a decode micro-batch ~5 ms per stage.
+TEST_PROFILE = CostProfile(
+    name="test", num_stages=2, read_run_ms=100.0, read_token_ms=0.1, read_token_kctx_ms=0.0,
+    decode_step_ms=4.0, decode_seq_ms=0.5, decode_seq_kctx_ms=0.0,
+)
+
+
+FakeClock = VirtualClock  # the package's virtual clock: timers fire inside sleep, at their own time
+
+
+@dataclass
+class RecordingSink:
+    """Records every token's arrival time; finishes a request on a token id in `stop_ids`."""
+
+    clock: FakeClock
+    stop_ids: frozenset[int] = frozenset()
+    tokens: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    finished: list[Request] = field(default_factory=list)
+    fail_on: set[str] = field(default_factory=set)  # request ids whose on_token raises
+
+    def on_token(self, request: Request, token) -> str | None:
+        if request.request_id in self.fail_on:
+            raise RuntimeError(f"sink failure for {request.request_id}")
+        self.tokens.setdefault(request.request_id, []).append((self.clock.now, token.token_id))
+        return "stop" if token.token_id in self.stop_ids else None
+
+    def on_finish(self, request: Request) -> None:
+        assert request not in self.finished, f"on_finish called twice for {request.request_id}"
+        self.finished.append(request)
+
+    def times(self, request_id: str) -> list[float]:
+        return [t for t, _ in self.tokens.get(request_id, [])]
+
+    def longest_gap(self, request_id: str, since: float = float("-inf"), until: float = float("inf")) -> float:
+        times = [t for t in self.times(request_id) if since <= t <= until]
+        return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+class RecordingExecutor:
+    """Wraps an executor and records each call: (kind, request id or group sizes, detail)."""
+
+    def __init__(self, inner: SimExecutor):
+        self.inner = inner
+        self.num_stages = inner.num_stages
+        self.calls: list[tuple[str, Any, Any]] = []
+        self.results: dict[int, Any] = {}  # index into calls -> what that read/decode/mixed returned
+        self.fail_read: set[str] = set()
+
+    def prepare_slot(self, slot: int) -> None:
+        self.calls.append(("prepare", slot, None))
+        self.inner.prepare_slot(slot)
+
+    def free_slot(self, slot: int) -> None:
+        self.calls.append(("free", slot, None))
+        self.inner.free_slot(slot)
+
+    def read(self, request, chunks, on_token):
+        self.calls.append(("read", request.request_id, tuple(chunks)))
+        if request.request_id in self.fail_read:
+            raise RuntimeError(f"read failure for {request.request_id}")
+        return self._keep(self.inner.read(request, chunks, on_token))
+
+    def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None):
+        self.calls.append(("decode", tuple(len(g) for g in groups), budget_ms))
+        return self._keep(self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop))
+
+    def mixed(self, request, chunks, groups, on_token):
+        self.calls.append(("mixed", request.request_id, tuple(chunks)))
+        return self._keep(self.inner.mixed(request, chunks, groups, on_token))
+
+    def _keep(self, result: Any) -> Any:
+        self.results[len(self.calls) - 1] = result
+        return result
+
+    def kinds(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+class Harness:
+    """A scheduler over the simulated executor on a fake clock, with helpers to script arrivals."""
+
+    def __init__(self, profile: CostProfile = TEST_PROFILE, **config: Any):
+        self.config = SchedulerConfig(**config)
+        self.clock = FakeClock()
+        self.sim = SimExecutor(profile, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
+        self.executor = RecordingExecutor(self.sim)
+        self.sink = RecordingSink(self.clock)
+        self.events = EventLog()
+        self.scheduler = Scheduler(self.config, self.executor, clock=self.clock, sink=self.sink, events=self.events)
+        self.requests: dict[str, Request] = {}
+
+    def request(self, request_id: str, prompt_tokens: int, max_tokens: int = 1_000_000) -> Request:
+        # distinct prompts per id, so each request has its own token sequence
+        base = sum(ord(c) for c in request_id)
+        request = Request(request_id, [(base + 31 * i) % 997 for i in range(prompt_tokens)], max_tokens)
+        self.requests[request_id] = request
+        return request
+
+    def add(self, request_id: str, prompt_tokens: int, max_tokens: int = 1_000_000, at: float | None = None) -> Request:
+        request = self.request(request_id, prompt_tokens, max_tokens)
+        if at is None:
+            self.scheduler.add(request)
+        else:
+            self.clock.at(at, lambda: self.scheduler.add(request))
+        return request
+
+    def cancel_at(self, t: float, request_id: str) -> None:
+        self.clock.at(t, lambda: self.scheduler.cancel(request_id))
+
+    def run(self, until: float | None = None, max_steps: int = 200_000) -> None:
+        """Step until idle with no timers left (or the clock passes `until`)."""
+        for _ in range(max_steps):
+            if until is not None and self.clock.now >= until:
+                return
+            if self.scheduler.step():
+                continue
+            nxt = self.clock.next_timer()
+            if nxt is None:
+                return
+            self.clock.advance_to(nxt)
+        raise AssertionError(f"scheduler still busy after {max_steps} steps")
+
+    def events_of(self, kind: str, request_id: str | None = None) -> list:
+        return [e for e in self.events.of_kind(kind) if request_id is None or e.request_id == request_id]
+
+    def solo_tokens(self, request_id: str, count: int) -> list[int]:
+        request = self.requests[request_id]
+        return [self.sim.token_for(request, i).token_id for i in range(count)]
