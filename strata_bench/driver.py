@@ -1,0 +1,166 @@
+"""Driver: one run of one scenario against one server, returned as the run's JSON dict.
+
+Timeline (seconds of the scenario, divided by `time_scale` on the wall clock): streams are sent at the
+start; the anchor is when every stream has its first token (or has ended), plus `settle_s`; each joiner is
+sent `at_s` after the anchor; `stream_tail_s` after the last joiner's first token the streams are closed.
+The run ends early, marked failed, if the engine process exits or `run_timeout_s` passes; whatever was
+measured until then stays in the dict.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import httpx
+
+from .client import RequestResult, stream_completion
+from .prompts import prompt_digest, prompt_seed, text_prompt, token_prompt
+from .scenarios import RequestSpec, Scenario
+from .server_info import ServerInfo, event_index, fetch_events, probe_server
+
+
+class RunFailed(RuntimeError):
+    """The run could not complete (engine gone, timeout, scenario does not fit the server)."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_id: str
+    scenario: Scenario  # already scaled
+    prompt_key: tuple[Any, ...]  # (nonce, round, scenario): the cold prompts' seed, shared by the round's arms
+    time_scale: float = 1.0
+    run_timeout_s: float = 3600.0
+
+
+async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
+    """Run the scenario; never raises for a failed run (status 'failed' with the reason) except on cancel."""
+    limits = httpx.Limits(max_connections=len(ctx.scenario.requests) + 8, max_keepalive_connections=8)
+    timeout = httpx.Timeout(connect=30.0, read=None, write=120.0, pool=None)
+    origin = time.perf_counter()
+    run: dict[str, Any] = {"id": ctx.run_id, "time_scale": ctx.time_scale, "warnings": [], "engine_events": None}
+    results: list[RequestResult] = []
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        info = await probe_server(client, url)
+        run["server"] = info.to_dict()
+        run["prompt_mode"] = info.prompt_mode
+        since = await event_index(client, url)
+        try:
+            bodies = _bodies(ctx, info, run["warnings"])
+            results = [RequestResult(name=s.name, role=s.role, prompt_tokens=s.prompt_tokens, prompt_sha256=digest)
+                       for s, (_, digest) in zip(ctx.scenario.requests, bodies)]
+            origin = time.perf_counter()
+            await _race(_scenario(client, url, ctx, [b for b, _ in bodies], results, run), exit_code, ctx.run_timeout_s)
+            run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
+        except RunFailed as exc:
+            run["status"], run["failure"] = "failed", str(exc)
+        if since is not None and exit_code() is None:
+            fetched = await fetch_events(client, url, since)
+            run["engine_events"] = fetched[0] if fetched else None
+    run["requests"] = [r.to_dict(origin) for r in results]
+    run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
+    return run
+
+
+async def _race(main: Any, exit_code: Callable[[], int | None], timeout_s: float) -> None:
+    """Run `main` until done; RunFailed if the engine exits first or the timeout passes."""
+    task = asyncio.ensure_future(main)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not task.done():
+            await asyncio.wait([task], timeout=0.1)
+            if task.done():
+                break
+            code = exit_code()
+            if code is not None:
+                raise RunFailed(f"the engine exited with status {code} during the run")
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the run did not finish within {timeout_s:g} s (--run-timeout)")
+        task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _bodies(ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str]]:
+    """Encoded request bodies (built before the clock starts) and their prompt digests."""
+    scenario = ctx.scenario
+    if info.batch is not None and len(scenario.requests) > info.batch:
+        warnings.append(f"scenario {scenario.name} sends {len(scenario.requests)} requests, the engine has "
+                        f"{info.batch} slots: some wait for a slot")
+    out = []
+    for spec in scenario.requests:
+        max_tokens = _fit(spec, info, warnings)
+        seed = prompt_seed(*ctx.prompt_key, spec.name)
+        if info.prompt_mode == "ids":
+            prompt: list[int] | str = token_prompt(seed, spec.prompt_tokens, info.vocab_size or 2, info.eos_token_id)
+        else:
+            prompt = text_prompt(seed, spec.prompt_tokens)
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                "ignore_eos": True, "return_token_ids": True, "stream_options": {"include_usage": True}}
+        if info.model:
+            body["model"] = info.model
+        out.append((json.dumps(body, separators=(",", ":")).encode(), prompt_digest(prompt)))
+    return out
+
+
+def _fit(spec: RequestSpec, info: ServerInfo, warnings: list[str]) -> int:
+    if info.ctx is None:
+        return spec.max_tokens
+    if spec.prompt_tokens >= info.ctx:
+        raise RunFailed(f"request {spec.name}: a {spec.prompt_tokens}-token prompt does not fit the engine's "
+                        f"context of {info.ctx}: lower --scale or raise the engine's --ctx")
+    room = info.ctx - spec.prompt_tokens
+    if spec.max_tokens > room:
+        warnings.append(f"request {spec.name}: max_tokens {spec.max_tokens} cut to {room} to fit the context")
+    return min(spec.max_tokens, room)
+
+
+async def _scenario(client: httpx.AsyncClient, url: str, ctx: RunContext, bodies: list[bytes],
+                    results: list[RequestResult], run: dict[str, Any]) -> None:
+    scenario, wall = ctx.scenario, 1.0 / ctx.time_scale
+    first_token = {r.name: asyncio.Event() for r in results}
+
+    def mark(result: RequestResult) -> Callable[[dict[str, Any], float], None]:
+        def on_event(_payload: dict[str, Any], _arrived: float) -> None:
+            if result.first_token_at is not None:
+                first_token[result.name].set()
+        return on_event
+
+    async def send(i: int, delay_s: float) -> None:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        headers = {"X-Request-Id": f"{ctx.run_id}-{results[i].name}"}
+        try:
+            await stream_completion(client, url, bodies[i], results[i], headers=headers, on_event=mark(results[i]))
+        finally:
+            first_token[results[i].name].set()  # an ended request no longer holds anyone up
+
+    stream_idx = [i for i, s in enumerate(scenario.requests) if s.role == "stream"]
+    joiner_idx = [i for i, s in enumerate(scenario.requests) if s.role == "joiner"]
+    streams = [asyncio.create_task(send(i, 0.0)) for i in stream_idx]
+    joiners: list[asyncio.Task[None]] = []
+    try:
+        for i in stream_idx:
+            await first_token[results[i].name].wait()
+        if stream_idx:
+            await asyncio.sleep(scenario.settle_s * wall)
+        anchor = time.perf_counter()
+        run["anchor_at"] = anchor
+        joiners = [asyncio.create_task(send(i, scenario.requests[i].at_s * wall - (time.perf_counter() - anchor)))
+                   for i in joiner_idx]
+        for i in joiner_idx:
+            await first_token[results[i].name].wait()
+        if scenario.stream_tail_s is not None and streams:
+            await asyncio.sleep(scenario.stream_tail_s * wall)
+            for task in streams:
+                task.cancel()
+        await asyncio.gather(*joiners, *streams, return_exceptions=True)
+    finally:
+        # Cancelled from outside (engine gone, timeout): close every open stream, keep what arrived.
+        for task in (*streams, *joiners):
+            task.cancel()
+        await asyncio.gather(*streams, *joiners, return_exceptions=True)

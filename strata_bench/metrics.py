@@ -1,0 +1,140 @@
+"""Metrics of one run, computed from its raw JSON (per-token arrival times), never from live state.
+
+Definitions (docs/BENCH.md):
+- a stream's gaps: the time between consecutive tokens, plus, when it did not finish on its own (closed
+  by the bench after the tail, an error), the open gap from its last token to its end;
+- longest pause: the largest gap of any stream; total time paused: per stream the sum of gaps strictly
+  over the threshold (a gap exactly at it does not count), mean over the streams;
+- tokens meanwhile: stream tokens arriving after the first joiner's send, up to and including the last
+  joiner's first token (or its end, if it failed);
+- TTFT of each joiner; token rate: every token of the run over (last token - first send);
+- inter-token latency p50/p99/max over the streams' gaps between tokens (all requests' when no streams);
+- engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops.
+Times in the JSON are wall seconds; a run made at `time_scale` T is reported in modelled seconds (x T).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_PAUSE_THRESHOLD_S = 0.5
+EVENT_COUNTS = (("pieces", "PIECE", "read pieces"), ("lead_ins", "LEADIN", "lead-ins"),
+                ("give_ways", "YIELDED", "give-ways"), ("stops", "BSTOP", "stopped reads"))
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    key: str
+    label: str
+    unit: str  # "s", "ms", "tok", "tok/s", "" (a count)
+    better: str | None  # "lower", "higher", or None for a descriptive count (engine events)
+
+
+def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]:
+    """The report's rows for a scenario (its JSON dict), in the spec's order."""
+    requests = scenario["requests"]
+    has_streams = any(r["role"] == "stream" for r in requests)
+    specs: list[MetricSpec] = []
+    if has_streams:
+        specs += [
+            MetricSpec("longest_pause_s", "longest pause of a stream", "s", "lower"),
+            MetricSpec("total_paused_s", "total time paused per stream", "s", "lower"),
+            MetricSpec("tokens_meanwhile", "tokens the streams got meanwhile", "tok", "higher"),
+        ]
+    for r in requests:
+        if r["role"] == "joiner":
+            specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}: TTFT", "s", "lower"))
+    specs.append(MetricSpec("token_rate", "token rate of the run", "tok/s", "higher"))
+    specs += [
+        MetricSpec("itl_p50_ms", "inter-token latency p50", "ms", "lower"),
+        MetricSpec("itl_p99_ms", "inter-token latency p99", "ms", "lower"),
+        MetricSpec("itl_max_ms", "inter-token latency max", "ms", "lower"),
+    ]
+    if has_events:
+        specs += [MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS]
+    return specs
+
+
+def token_gaps(request: dict[str, Any], scale: float = 1.0) -> list[float]:
+    """Gaps between consecutive tokens (k tokens of one event give k-1 zero gaps)."""
+    times = request.get("token_times") or []
+    return [(b - a) * scale for a, b in zip(times, times[1:])]
+
+
+def pause_gaps(request: dict[str, Any], scale: float = 1.0) -> list[float]:
+    """token_gaps plus the open gap to the request's end when it did not finish on its own."""
+    gaps = token_gaps(request, scale)
+    times = request.get("token_times") or []
+    ended = request.get("ended_at")
+    if times and ended is not None and request.get("ended_by") != "finished" and ended > times[-1]:
+        gaps.append((ended - times[-1]) * scale)
+    return gaps
+
+
+def ttft(request: dict[str, Any], scale: float = 1.0) -> float | None:
+    first, sent = request.get("first_token_at"), request.get("sent_at")
+    if first is None or sent is None:
+        return None
+    return (first - sent) * scale
+
+
+def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRESHOLD_S) -> dict[str, float | None]:
+    """Every metric of one run; None where it cannot be measured (a failed joiner, no streams)."""
+    if threshold_s < 0:
+        raise ValueError(f"pause threshold must be >= 0, got {threshold_s}")
+    scale = float(run.get("time_scale") or 1.0)
+    requests = run.get("requests") or []
+    streams = [r for r in requests if r["role"] == "stream"]
+    joiners = [r for r in requests if r["role"] == "joiner"]
+    out: dict[str, float | None] = {}
+
+    if streams:
+        per_stream = [pause_gaps(s, scale) for s in streams if s.get("token_times")]
+        out["longest_pause_s"] = max((max(g) for g in per_stream if g), default=None)
+        totals = [sum(x for x in g if x > threshold_s) for g in per_stream]
+        out["total_paused_s"] = float(np.mean(totals)) if totals else None
+        out["tokens_meanwhile"] = _tokens_meanwhile(streams, joiners)
+    for j in joiners:
+        out[f"ttft_s.{j['name']}"] = ttft(j, scale)
+
+    out["token_rate"] = _token_rate(requests, scale)
+    itl_source = streams or requests
+    gaps = [g for r in itl_source for g in token_gaps(r, scale)]
+    for key, q in (("itl_p50_ms", 50), ("itl_p99_ms", 99), ("itl_max_ms", 100)):
+        out[key] = float(np.percentile(gaps, q)) * 1000.0 if gaps else None
+
+    events = run.get("engine_events")
+    if events is not None:
+        for key, kind, _ in EVENT_COUNTS:
+            out[key] = float(sum(1 for e in events if e.get("kind") == kind))
+    return out
+
+
+def _tokens_meanwhile(streams: list[dict[str, Any]], joiners: list[dict[str, Any]]) -> float | None:
+    sends = [j["sent_at"] for j in joiners if j.get("sent_at") is not None]
+    ends = [j.get("first_token_at") if j.get("first_token_at") is not None else j.get("ended_at") for j in joiners]
+    ends = [e for e in ends if e is not None]
+    if not sends or not ends:
+        return None
+    start, end = min(sends), max(ends)
+    return float(sum(1 for s in streams for t in (s.get("token_times") or []) if start < t <= end))
+
+
+def _token_rate(requests: list[dict[str, Any]], scale: float) -> float | None:
+    times = [t for r in requests for t in (r.get("token_times") or [])]
+    sends = [r["sent_at"] for r in requests if r.get("sent_at") is not None]
+    if not times or not sends:
+        return None
+    span = (max(times) - min(sends)) * scale
+    return len(times) / span if span > 0 else None
+
+
+def pauses_over(request: dict[str, Any], threshold_s: float, scale: float = 1.0) -> list[tuple[float, float]]:
+    """(start, end) in the run's wall seconds of every gap over the threshold: what the plot marks."""
+    times = list(request.get("token_times") or [])
+    ended = request.get("ended_at")
+    if times and ended is not None and request.get("ended_by") != "finished" and ended > times[-1]:
+        times.append(ended)
+    return [(a, b) for a, b in zip(times, times[1:]) if (b - a) * scale > threshold_s]

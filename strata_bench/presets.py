@@ -1,0 +1,70 @@
+"""Presets: a named bench (arms, scenarios, rounds, scale) as data in strata_bench/presets/*.json.
+
+An arm command may hold `{time_scale}`: `--time-scale T` fills it (the simulated executor runs T times
+faster than modelled time) and the bench divides its delays by T and reports modelled seconds. A preset
+without the placeholder runs a real engine, where only T = 1 makes sense.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).with_name("presets")
+
+
+class PresetError(ValueError):
+    """An unknown preset, a malformed preset file, or an option the preset cannot take."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    arms: tuple[tuple[str, str], ...]  # (name, command template)
+    scenarios: tuple[str, ...]
+    repeat: int
+    scale: float
+    time_scale: float
+
+    @property
+    def takes_time_scale(self) -> bool:
+        return all("{time_scale}" in command for _, command in self.arms)
+
+    def arm_specs(self, time_scale: float) -> list[str]:
+        """`NAME=COMMAND` strings, ready for arms.parse_arms."""
+        if time_scale != 1.0 and not self.takes_time_scale:
+            raise PresetError(f"preset {self.name!r} runs a real engine: --time-scale does not apply to it")
+        return [f"{name}={command.replace('{time_scale}', f'{time_scale:g}')}" for name, command in self.arms]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str) -> "Preset":
+        try:
+            arms = data["arms"]
+            if not isinstance(arms, dict) or len(arms) < 2:
+                raise PresetError(f"{source}: 'arms' must map two or more names to commands")
+            return cls(name=data["name"], description=data.get("description", ""),
+                       arms=tuple((str(k), str(v)) for k, v in arms.items()),
+                       scenarios=tuple(data["scenarios"]), repeat=int(data.get("repeat", 1)),
+                       scale=float(data.get("scale", 1.0)), time_scale=float(data.get("time_scale", 1.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, PresetError):
+                raise
+            raise PresetError(f"{source}: malformed preset ({type(exc).__name__}: {exc})") from None
+
+
+def available_presets() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(PRESET_DIR.glob("*.json"))}
+
+
+def load_preset(name: str) -> Preset:
+    found = available_presets()
+    path = found.get(name) or (Path(name) if name.endswith(".json") and Path(name).is_file() else None)
+    if path is None:
+        raise PresetError(f"unknown preset {name!r}; available: {', '.join(found) or 'none'}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PresetError(f"{path}: not valid JSON: {exc}") from None
+    return Preset.from_dict(data, str(path))

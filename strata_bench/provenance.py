@@ -1,0 +1,89 @@
+"""Provenance of a bench: what ran, where, when, from which code, so a table can be traced to its setup.
+
+Collected once per bench directory (meta.json); each run adds what its engine said about itself
+(GET /v1/engine) and its exact command line.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("strata", "torch", "numpy", "scipy", "httpx", "click", "tabulate", "matplotlib", "fastapi",
+            "uvicorn", "starlette", "transformers")
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _run(args: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_info(path: Path) -> dict[str, Any] | None:
+    rev = _run(["git", "rev-parse", "HEAD"], cwd=path)
+    if rev is None:
+        return None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path) or ""
+    return {"path": str(path), "revision": rev, "dirty": bool(status),
+            "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=path)}
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "cpu_count": os.cpu_count(), "cpu": _cpu_name()}
+    if shutil.which("nvidia-smi"):
+        gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
+        info["gpus"] = gpus.splitlines() if gpus else []
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def collect(argv: list[str]) -> dict[str, Any]:
+    """Everything about the machine and code that the bench itself can see."""
+    package_dir = Path(__file__).resolve().parent.parent
+    cwd_git = git_info(Path.cwd())
+    pkg_git = git_info(package_dir)
+    return {
+        "date_utc": utc_now(),
+        "argv": argv,
+        "cwd": str(Path.cwd()),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "git": {"cwd": cwd_git, "strata": pkg_git if pkg_git != cwd_git else "same as cwd"},
+        "packages": package_versions(),
+        "device": device_info(),
+        "strata_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("STRATA_")},
+    }

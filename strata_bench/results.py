@@ -1,0 +1,81 @@
+"""The bench directory: meta.json (plan and provenance), runs/<id>.json (one per run), logs/ (engine output).
+
+Each run's JSON is written atomically the moment the run ends, so a crash or Ctrl-C loses nothing already
+measured, and `report`/`plot` read these files alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+
+class ResultsError(ValueError):
+    """A directory that is not (or not a readable) bench directory."""
+
+
+class ResultsDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / "meta.json"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.path / "runs"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def run_path(self, run_id: str) -> Path:
+        return self.runs_dir / f"{run_id}.json"
+
+    def exists(self) -> bool:
+        return self.meta_path.is_file()
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json(self.meta_path, {"schema": SCHEMA, **meta})
+
+    def read_meta(self) -> dict[str, Any]:
+        if not self.exists():
+            raise ResultsError(f"{self.path} is not a bench directory (no meta.json); make one with `strata-bench run`")
+        return read_json(self.meta_path)
+
+    def write_run(self, run: dict[str, Any]) -> Path:
+        path = self.run_path(run["id"])
+        write_json(path, run)
+        return path
+
+    def has_run(self, run_id: str) -> bool:
+        return self.run_path(run_id).is_file()
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run recorded, in the plan's order (meta's `plan`), unknown ids last."""
+        order = {run_id: i for i, run_id in enumerate(self.read_meta().get("plan", []))}
+        runs = [read_json(p) for p in sorted(self.runs_dir.glob("*.json"))] if self.runs_dir.is_dir() else []
+        return sorted(runs, key=lambda r: (order.get(r.get("id"), len(order)), r.get("id", "")))
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write via a temporary file and rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, separators=(",", ":"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from None

@@ -1,0 +1,189 @@
+"""Scenarios: which requests a run sends and when, as data (strata_bench/scenarios/*.json or any path).
+
+Streams are sent at the run's start and decode; every other request (a joiner) is sent `at_s` seconds
+after the anchor: the moment every stream has its first token, plus `settle_s` (the run's start when
+there are no streams). `scaled(scale)` multiplies every prompt length and every `at_s`; decode lengths
+(`max_tokens`, a cap) and the measuring margins (`settle_s`, `stream_tail_s`) are not scaled.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+ROLES = ("stream", "joiner")
+SCENARIO_DIR = Path(__file__).with_name("scenarios")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count"}
+_SCENARIO_KEYS = {"name", "description", "settle_s", "stream_tail_s", "requests"}
+
+
+class ScenarioError(ValueError):
+    """A scenario file or name is wrong; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    name: str
+    role: str
+    prompt_tokens: int
+    max_tokens: int
+    at_s: float = 0.0  # joiners: seconds after the anchor; streams: always 0 (sent at the start)
+    label: str = ""  # the report's wording, e.g. "the 64K prompt"
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ScenarioError(f"request name {self.name!r} must be letters, digits, '_', '.', '-'")
+        if self.role not in ROLES:
+            raise ScenarioError(f"request {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
+        if not isinstance(self.prompt_tokens, int) or self.prompt_tokens < 1:
+            raise ScenarioError(f"request {self.name!r}: prompt_tokens must be an integer >= 1, got {self.prompt_tokens!r}")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ScenarioError(f"request {self.name!r}: max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.at_s, (int, float)) or self.at_s < 0:
+            raise ScenarioError(f"request {self.name!r}: at_s must be a number >= 0, got {self.at_s!r}")
+        if self.role == "stream" and self.at_s != 0:
+            raise ScenarioError(f"request {self.name!r}: streams start with the run; at_s is for joiners")
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    requests: tuple[RequestSpec, ...]
+    description: str = ""
+    settle_s: float = 1.0
+    stream_tail_s: float | None = None  # close streams this long after the last joiner's first token
+    scale: float = 1.0  # already applied to the lengths and delays below
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"scenario {self.name!r}" + (f" ({self.source})" if self.source else "")
+        if not _NAME.match(self.name):
+            raise ScenarioError(f"{where}: name must be letters, digits, '_', '.', '-'")
+        if not self.requests:
+            raise ScenarioError(f"{where}: needs at least one request")
+        names = [r.name for r in self.requests]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ScenarioError(f"{where}: request names must be unique, repeated: {dupes}")
+        if self.settle_s < 0:
+            raise ScenarioError(f"{where}: settle_s must be >= 0, got {self.settle_s}")
+        if self.stream_tail_s is not None and self.stream_tail_s < 0:
+            raise ScenarioError(f"{where}: stream_tail_s must be >= 0 or null, got {self.stream_tail_s}")
+        if self.scale <= 0:
+            raise ScenarioError(f"{where}: scale must be > 0, got {self.scale}")
+
+    @property
+    def streams(self) -> tuple[RequestSpec, ...]:
+        return tuple(r for r in self.requests if r.role == "stream")
+
+    @property
+    def joiners(self) -> tuple[RequestSpec, ...]:
+        return tuple(r for r in self.requests if r.role == "joiner")
+
+    def scaled(self, scale: float) -> "Scenario":
+        """Every prompt length and joiner delay times `scale` (lengths rounded, at least 1 token)."""
+        if scale <= 0:
+            raise ScenarioError(f"--scale must be > 0, got {scale}")
+        requests = tuple(
+            replace(r, prompt_tokens=max(1, round(r.prompt_tokens * scale)), at_s=r.at_s * scale) for r in self.requests
+        )
+        return replace(self, requests=requests, scale=self.scale * scale)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("source")
+        out["requests"] = [asdict(r) for r in self.requests]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "") -> "Scenario":
+        where = source or "scenario"
+        if not isinstance(data, dict):
+            raise ScenarioError(f"{where}: a scenario is a JSON object")
+        unknown = set(data) - _SCENARIO_KEYS - {"scale"}
+        if unknown:
+            raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_SCENARIO_KEYS)}")
+        if "name" not in data or "requests" not in data:
+            raise ScenarioError(f"{where}: 'name' and 'requests' are required")
+        if not isinstance(data["requests"], list):
+            raise ScenarioError(f"{where}: 'requests' must be a list")
+        requests: list[RequestSpec] = []
+        for i, item in enumerate(data["requests"]):
+            requests.extend(_expand_request(item, f"{where} requests[{i}]"))
+        try:
+            return cls(
+                name=data["name"],
+                requests=tuple(requests),
+                description=data.get("description", ""),
+                settle_s=float(data.get("settle_s", 1.0)),
+                stream_tail_s=None if data.get("stream_tail_s") is None else float(data["stream_tail_s"]),
+                scale=float(data.get("scale", 1.0)),
+                source=source,
+            )
+        except (TypeError, ValueError) as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _expand_request(item: Any, where: str) -> list[RequestSpec]:
+    if not isinstance(item, dict):
+        raise ScenarioError(f"{where}: each request is a JSON object")
+    unknown = set(item) - _REQUEST_KEYS
+    if unknown:
+        raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_REQUEST_KEYS)}")
+    missing = {"name", "role", "prompt_tokens", "max_tokens"} - set(item)
+    if missing:
+        raise ScenarioError(f"{where}: missing field(s) {sorted(missing)}")
+    fields = {k: v for k, v in item.items() if k != "count"}
+    count = item.get("count")
+    try:
+        if count is None:
+            return [RequestSpec(**fields)]
+        if not isinstance(count, int) or count < 1:
+            raise ScenarioError(f"count must be an integer >= 1, got {count!r}")
+        # "stream" x 4 -> stream0..stream3: each its own request with its own cold prompt
+        return [RequestSpec(**{**fields, "name": f"{item['name']}{i}"}) for i in range(count)]
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def available_scenarios() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.json"))}
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A bundled scenario by name, or a JSON file by path."""
+    path = Path(name_or_path)
+    if not (name_or_path.endswith(".json") or path.is_file()):
+        bundled = available_scenarios()
+        if name_or_path not in bundled:
+            raise ScenarioError(
+                f"unknown scenario {name_or_path!r}; available: {', '.join(bundled) or 'none'} (or a path to a .json file)"
+            )
+        path = bundled[name_or_path]
+    if not path.is_file():
+        raise ScenarioError(f"scenario file {str(path)!r} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid JSON: {exc}") from None
+    return Scenario.from_dict(data, source=str(path))
+
+
+def parse_scenario_list(text: str) -> list[Scenario]:
+    """`two_joiners,followup` -> scenarios; unknown names are an error listing what exists."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ScenarioError("no scenario given; available: " + ", ".join(available_scenarios()))
+    scenarios = [load_scenario(n) for n in names]
+    seen = [s.name for s in scenarios]
+    dupes = sorted({n for n in seen if seen.count(n) > 1})
+    if dupes:
+        raise ScenarioError(f"scenario(s) given twice: {dupes}")
+    return scenarios

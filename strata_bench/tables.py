@@ -1,0 +1,154 @@
+"""Render a report (report.py's data) as markdown like the spec's tables, as CSV, or as JSON.
+
+Markdown, per scenario: rows are metrics, columns arms, each cell the median with the min-max spread
+(bold where the arm beat the baseline in every pair); under it one line per metric and arm with "lower
+in k of n pairs", the sign test, Wilcoxon and the bootstrap interval of the median ratio; then the
+run-to-run spread (every run's value, by round) and the greedy-token check.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+_UNIT_SUFFIX = {"s": " s", "ms": " ms", "tok/s": " tok/s", "tok": "", "": ""}
+
+
+def fmt_value(value: float | None, unit: str, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if unit in ("tok", ""):
+        return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"
+    text = f"{value:.{digits}g}"
+    if "e" in text:
+        text = f"{value:.{digits}f}"
+    return text
+
+
+def fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else (f"{p:.2g}" if p >= 0.001 else "<0.001")
+
+
+def _cell(metric: dict[str, Any], arm: str, baseline: str, repeat: int) -> str:
+    summary = metric["summary"][arm]
+    if summary is None:
+        return "—"
+    unit = metric["unit"]
+    text = fmt_value(summary["median"], unit) + _UNIT_SUFFIX[unit]
+    comp = metric["vs_baseline"].get(arm)
+    if comp and comp["n_pairs"] and comp[metric["better"]] == comp["n_pairs"]:
+        text = f"**{text}**"
+    if summary["n"] > 1 and summary["min"] != summary["max"]:
+        text += f" ({fmt_value(summary['min'], unit, 4)}–{fmt_value(summary['max'], unit, 4)})"
+    if summary["n"] < repeat:
+        text += f" [n={summary['n']}]"
+    return text
+
+
+def comparison_line(metric: dict[str, Any], arm: str, baseline: str) -> str | None:
+    comp = metric["vs_baseline"].get(arm)
+    if not comp or not comp["n_pairs"]:
+        return None
+    word = metric["better"]
+    k = comp[word]
+    line = (f"- {metric['label']}: {arm} {word} in {k} of {comp['n_pairs']} pairs"
+            + (f" ({comp['ties']} tied)" if comp["ties"] else "")
+            + f"; sign test p={fmt_p(comp['sign_p'])}, Wilcoxon p={fmt_p(comp['wilcoxon_p'])}")
+    if comp["ratio_median"] is not None:
+        line += f"; {arm}/{baseline} median ratio {comp['ratio_median']:.3g}"
+        if comp["ratio_ci"] is not None:
+            lo, hi = comp["ratio_ci"]
+            line += f" (95% bootstrap CI {lo:.3g}–{hi:.3g})"
+    return line
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    arms, baseline, repeat = report["arms"], report["baseline"], report["repeat"]
+    out = [f"# strata-bench report: {report['directory']}", ""]
+    scale_note = f"scale {report['scale']:g}" + (f", time scale {report['time_scale']:g} (times in modelled seconds)"
+                                                 if report["time_scale"] != 1 else "")
+    out.append(f"Arms: {', '.join(arms)} (baseline {baseline}); {repeat} round(s), order reversed every round; "
+               f"{scale_note}; pause threshold {report['pause_threshold_s']:g} s; "
+               f"{report['runs_recorded']} of {report['runs_planned']} runs recorded.")
+    out.append("Cells: median (min–max) over runs; bold: better than the baseline in every pair.")
+    for scenario in report["scenarios"]:
+        out += ["", f"## {scenario['name']}", ""]
+        if scenario["description"]:
+            out += [scenario["description"], ""]
+        rows = [[m["label"]] + [_cell(m, arm, baseline, repeat) for arm in arms] for m in scenario["metrics"]]
+        rows.append(["runs"] + [_runs_cell(scenario["runs"][arm]) for arm in arms])
+        out.append(tabulate(rows, headers=[""] + arms, tablefmt="github", colalign=["left"] + ["right"] * len(arms)))
+        lines = [line for m in scenario["metrics"] for arm in arms if arm != baseline
+                 for line in [comparison_line(m, arm, baseline)] if line]
+        if lines:
+            out += [""] + lines
+        out += _problems(scenario, arms)
+        out += ["", f"### {scenario['name']}: run-to-run spread", "", _spread_table(scenario, arms, repeat)]
+    if report.get("tokens"):
+        out += ["", report["tokens"]["summary"]]
+    else:
+        out += ["", "Greedy tokens: not compared (--cold-per-arm gives each arm its own prompts)."]
+    return "\n".join(out) + "\n"
+
+
+def _runs_cell(runs: dict[str, Any]) -> str:
+    parts = [f"{runs['ok']} ok"]
+    if runs["errors"]:
+        parts.append(f"{runs['errors']} with request errors")
+    if runs["failed"]:
+        parts.append(f"{runs['failed']} failed")
+    return ", ".join(parts)
+
+
+def _problems(scenario: dict[str, Any], arms: list[str]) -> list[str]:
+    out = []
+    for arm in arms:
+        for line in scenario["runs"][arm]["failures"]:
+            out.append(f"- failed run: {line}")
+        for line in scenario["runs"][arm]["request_errors"][:5]:
+            out.append(f"- request error: {line}")
+    return [""] + out if out else []
+
+
+def _spread_table(scenario: dict[str, Any], arms: list[str], repeat: int) -> str:
+    rows = []
+    for m in scenario["metrics"]:
+        if m["better"] is None:
+            continue  # event counts: the table above has them
+        for arm in arms:
+            values = m["values"][arm]
+            rows.append([m["label"], arm] + [fmt_value(v, m["unit"], 4) for v in values])
+    return tabulate(rows, headers=["metric", "arm"] + [f"r{i}" for i in range(repeat)], tablefmt="github")
+
+
+def render_csv(report: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["scenario", "metric", "label", "unit", "arm", "n", "median", "min", "max", "values",
+                     "baseline", "pairs", "better_pairs", "sign_p", "wilcoxon_p", "ratio_median", "ratio_ci_low",
+                     "ratio_ci_high"])
+    for scenario in report["scenarios"]:
+        for m in scenario["metrics"]:
+            for arm in report["arms"]:
+                s = m["summary"][arm] or {}
+                c = m["vs_baseline"].get(arm) or {}
+                better = c.get(m["better"]) if m["better"] else None
+                ci = c.get("ratio_ci") or (None, None)
+                writer.writerow([scenario["name"], m["key"], m["label"], m["unit"], arm, s.get("n", 0), s.get("median"),
+                                 s.get("min"), s.get("max"), ";".join("" if v is None else repr(v) for v in m["values"][arm]),
+                                 report["baseline"], c.get("n_pairs"), better, c.get("sign_p"), c.get("wilcoxon_p"),
+                                 c.get("ratio_median"), ci[0], ci[1]])
+    return buf.getvalue()
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "md":
+        return render_markdown(report)
+    if fmt == "csv":
+        return render_csv(report)
+    if fmt == "json":
+        return json.dumps(report, indent=2) + "\n"
+    raise ValueError(f"format must be md, json or csv, got {fmt!r}")

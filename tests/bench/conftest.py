@@ -1,0 +1,85 @@
+"""Fixtures for the bench tests: a synthetic server in a subprocess on a free port, and a tiny scenario."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from strata_bench.launcher import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = str(Path(sys.executable).parent / "strata-bench")
+
+
+def start_synthetic(*flags: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"synthetic server exited: {proc.stderr.read().decode()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("synthetic server never became healthy")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def synthetic():
+    """A factory: synthetic("--pack", "3") -> URL; every server started is stopped after the test."""
+    procs = []
+
+    def make(*flags: str) -> str:
+        proc, url = start_synthetic(*flags)
+        procs.append(proc)
+        return url
+
+    yield make
+    for proc in procs:
+        stop(proc)
+
+
+TINY_SCENARIO = {
+    "name": "tiny",
+    "description": "two streams, a 2000-token joiner, then a 1000-token one",
+    "settle_s": 0.1,
+    "stream_tail_s": 0.2,
+    "requests": [
+        {"name": "stream", "count": 2, "role": "stream", "prompt_tokens": 8, "max_tokens": 4000},
+        {"name": "big", "role": "joiner", "label": "the big prompt", "prompt_tokens": 2000, "at_s": 0.0, "max_tokens": 4},
+        {"name": "small", "role": "joiner", "prompt_tokens": 1000, "at_s": 0.1, "max_tokens": 4},
+    ],
+}
+
+
+@pytest.fixture
+def tiny_scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY_SCENARIO))
+    return path
+
+
+def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """The real console script in a subprocess."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
