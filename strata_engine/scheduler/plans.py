@@ -94,13 +94,18 @@ def read_kind(config: SchedulerConfig) -> str:
     return "run"
 
 
-def unit_tokens(config: SchedulerConfig, ms_per_chunk: float | None, busy: bool) -> int:
-    """Prompt tokens in the next read unit (0 = all that is left, one run)."""
+def unit_tokens(config: SchedulerConfig, ms_per_token: float | None, busy: bool) -> int:
+    """Prompt tokens in the next read unit (0 = all that is left, one run).
+
+    The pause target sizes pieces from the measured cost per prompt token of the last read run
+    (its fixed cost included), per token rather than per chunk so a short last chunk cannot make
+    whole chunks look cheap."""
     chunk = config.prefill_chunk
     if config.pipelined and config.pause_target_ms > 0:
         if not busy:  # nothing decodes and no one waits: a boundary would buy nothing
             return 0
-        return piece_chunks_for_target(config.pause_target_ms, ms_per_chunk, MAX_PIECE_CHUNKS) * chunk
+        per_chunk = None if ms_per_token is None else ms_per_token * chunk
+        return piece_chunks_for_target(config.pause_target_ms, per_chunk, MAX_PIECE_CHUNKS) * chunk
     return batch_read_piece(chunk, config.batch_groups, config.piped_read_piece)
 
 
@@ -126,7 +131,7 @@ def plan_step(
     parked: Sequence[ActiveRead],
     previous_was_read: bool,
     last_unit_ms: float,
-    ms_per_chunk: float | None,
+    ms_per_token: float | None,
 ) -> Plan:
     """The next action, from state alone."""
     cancelled = [r for r in waiting if r.cancelled]
@@ -138,8 +143,8 @@ def plan_step(
     kind = read_kind(config)
 
     def read(active: Request, start: str, slot: int | None, fresh: bool) -> ReadPlan:
-        busy = bool(groups) or bool(waiting) or bool(parked)
-        unit = unit_tokens(config, ms_per_chunk, busy)
+        busy = bool(groups) or bool(parked) or any(r is not active for r in waiting)
+        unit = unit_tokens(config, ms_per_token, busy)
         chunks = next_read_chunks(active.tokens_read, active.prompt_tokens, config.prefill_chunk, unit)
         lead_in = 0.0
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=kind == "piece"):

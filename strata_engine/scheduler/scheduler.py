@@ -49,7 +49,7 @@ class Scheduler:
         self._to_release: list[Request] = []  # finished inside an executor call; slot freed after it
         self._previous_was_read = False
         self._last_unit_ms = 0.0
-        self._ms_per_chunk: float | None = None
+        self._ms_per_token: float | None = None  # of the last read run, its fixed cost included
         self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "lead_ins": 0, "yields": 0, "bstops": 0, "read_runs": 0}
 
     # -- other threads ------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ class Scheduler:
             waiting = list(self._waiting)
         return plan_step(
             config=self.config, slots=self.slots, waiting=waiting, reading=self._reading, parked=self._parked,
-            previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms, ms_per_chunk=self._ms_per_chunk,
+            previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms, ms_per_token=self._ms_per_token,
         )
 
     def step(self) -> bool:
@@ -165,7 +165,7 @@ class Scheduler:
         active.units += 1
         self.counts["read_runs"] += 1
         self._last_unit_ms = result.ms
-        self._ms_per_chunk = result.ms / max(1, len(plan.chunks))
+        self._ms_per_token = result.ms / tokens
         self._previous_was_read = True
         piece = {"tokens": tokens, "tokens_read": request.tokens_read, "read_ms": result.ms}
         if plan.kind == "mix":
