@@ -17,7 +17,7 @@ from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
 from ..executor import DecodeResult, Executor, SampledToken
 from ..sampling import RequestError
-from .plans import IDLE, ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, plan_boundary, plan_step, read_kind
+from .plans import ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, plan_boundary, plan_step, read_kind
 from .request import Phase, Request
 from .slots import SlotTable
 

@@ -7,7 +7,7 @@ spec-sized scenario runs in model time: deterministic, in milliseconds of wall t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
