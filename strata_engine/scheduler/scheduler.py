@@ -38,6 +38,8 @@ class Scheduler:
         self.sink = sink
         self.events = events
         self.kind = read_kind(config)
+        if self.kind == "mix" and not callable(getattr(executor, "mixed", None)):
+            raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
         self._lock = threading.Lock()
         self._waiting: deque[Request] = deque()  # guarded by _lock
         self._live: dict[str, Request] = {}  # every request not yet finished, by id; guarded by _lock

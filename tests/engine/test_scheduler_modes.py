@@ -2,7 +2,12 @@
 and the pause target (piece size from the measured cost of recent chunks)."""
 from __future__ import annotations
 
+import pytest
+
 from fakes import Harness
+from strata_engine.config import SchedulerConfig
+from strata_engine.events import EventLog
+from strata_engine.scheduler.scheduler import Scheduler
 from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
 
 
@@ -57,3 +62,11 @@ def test_pause_target_takes_no_boundaries_when_nothing_decodes_and_no_one_waits(
     h.add("alone", 45 * K, max_tokens=1)
     h.run()
     assert [c[0] for c in h.executor.calls if c[0] in ("read", "decode")] == ["read"]
+
+
+def test_mixed_read_needs_an_executor_that_can_mix():
+    class ReadOnly:
+        num_stages = 2
+
+    with pytest.raises(ValueError, match="STRATA_PIPED_READ_MIX=1 needs an executor with mixed"):
+        Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), ReadOnly(), clock=lambda: 0.0, sink=None, events=EventLog())
