@@ -64,7 +64,7 @@ def is_healthy(client: httpx.Client, url: str) -> bool:
     return False
 
 
-def check_url(arm: Arm, timeout_s: float = 5.0) -> None:
+def check_url(arm: Arm, timeout_s: float = 3.0) -> None:
     """Before anything runs: a URL arm must answer now."""
     assert arm.url is not None
     deadline = time.monotonic() + timeout_s

@@ -58,7 +58,7 @@ def _finish(fig: Any, axes: list[Any], run: dict[str, Any], threshold_s: float, 
     axes[-1].set_xlabel(f"time since the run's start ({unit}); red: gaps over {threshold_s:g} s")
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
-        axes[0].legend(handles, labels, fontsize=7, loc="upper right")
+        axes[0].legend(handles, labels, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=4, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

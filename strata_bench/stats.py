@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,8 @@ def sign_test_p(lower: int, higher: int) -> float | None:
     n = lower + higher
     if n == 0:
         return None
+    from scipy import stats as sps  # scipy.stats takes ~1 s to import: only when a report needs it
+
     return float(sps.binomtest(lower, n, 0.5, alternative="two-sided").pvalue)
 
 
@@ -57,6 +58,8 @@ def wilcoxon_p(differences: Sequence[float]) -> float | None:
     nonzero = [d for d in differences if d != 0]
     if not nonzero:
         return None
+    from scipy import stats as sps
+
     return float(sps.wilcoxon(nonzero, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
