@@ -14,6 +14,7 @@ from strata_engine.events import EventLog
 from strata_engine.scheduler.request import Request
 from strata_engine.scheduler.scheduler import Scheduler
 from strata_engine.sim import SimExecutor
+from strata_engine.sim_calibrate import TimelineSink
 from strata_engine.sim_clock import VirtualClock
 from strata_engine.sim_profile import CostProfile
 
@@ -29,27 +30,22 @@ FakeClock = VirtualClock  # the package's virtual clock: timers fire inside slee
 
 
 @dataclass
-class RecordingSink:
-    """Records every token's arrival time; finishes a request on a token id in `stop_ids`."""
+class RecordingSink(TimelineSink):
+    """The calibration's timeline sink, plus: a token id in `stop_ids` finishes its request, a request id
+    in `fail_on` makes on_token raise, and on_finish twice for one request fails the test."""
 
-    clock: FakeClock
     stop_ids: frozenset[int] = frozenset()
-    tokens: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    finished: list[Request] = field(default_factory=list)
-    fail_on: set[str] = field(default_factory=set)  # request ids whose on_token raises
+    fail_on: set[str] = field(default_factory=set)
 
     def on_token(self, request: Request, token) -> str | None:
         if request.request_id in self.fail_on:
             raise RuntimeError(f"sink failure for {request.request_id}")
-        self.tokens.setdefault(request.request_id, []).append((self.clock.now, token.token_id))
+        super().on_token(request, token)
         return "stop" if token.token_id in self.stop_ids else None
 
     def on_finish(self, request: Request) -> None:
         assert request not in self.finished, f"on_finish called twice for {request.request_id}"
-        self.finished.append(request)
-
-    def times(self, request_id: str) -> list[float]:
-        return [t for t, _ in self.tokens.get(request_id, [])]
+        super().on_finish(request)
 
     def longest_gap(self, request_id: str, since: float = float("-inf"), until: float = float("inf")) -> float:
         times = [t for t in self.times(request_id) if since <= t <= until]
