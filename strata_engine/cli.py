@@ -142,18 +142,19 @@ def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_mo
 @click.option("--sample-seed", type=int, default=None, help="Seed of this request's sampling.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past the end-of-sequence token.")
-@click.option("--token-ids", is_flag=True, help="PROMPT is comma-separated token ids; print the output ids at the end.")
+@click.option("--prompt-ids", is_flag=True, help="PROMPT is comma-separated token ids, not text.")
+@click.option("--show-ids", is_flag=True, help="After the text, print the generated token ids (comma-separated).")
 def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top_k: int, sample_seed: int | None,
-             stop: tuple[str, ...], ignore_eos: bool, token_ids: bool, **options: Any) -> None:
+             stop: tuple[str, ...], ignore_eos: bool, prompt_ids: bool, show_ids: bool, **options: Any) -> None:
     """Generate from PROMPT ('-' reads stdin) and stream the text to stdout; timing goes to stderr."""
     from .sampling import RequestError, SamplingParams
 
     config = engine_config(options)
     text = sys.stdin.read() if prompt == "-" else prompt
     try:
-        source: Any = [int(t) for t in text.replace(" ", "").split(",") if t] if token_ids else text
+        source: Any = [int(t) for t in text.replace(" ", "").split(",") if t] if prompt_ids else text
     except ValueError:
-        raise click.BadParameter("with --token-ids, PROMPT must be comma-separated integers", param_hint="PROMPT") from None
+        raise click.BadParameter("with --prompt-ids, PROMPT must be comma-separated integers", param_hint="PROMPT") from None
     try:
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                                 seed=sample_seed, stop=stop, ignore_eos=ignore_eos)
@@ -161,7 +162,7 @@ def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top
         raise click.BadParameter(str(err), param_hint=f"--{(err.field or 'prompt').replace('_', '-')}") from None
     engine = _engine_factory(config)()
     with engine:
-        _stream_to_terminal(engine, source, params, token_ids)
+        _stream_to_terminal(engine, source, params, show_ids)
 
 
 def _stream_to_terminal(engine: Any, prompt: Any, params: Any, show_ids: bool) -> None:

@@ -53,6 +53,7 @@ class ServerState:
     metrics: ServerMetrics = None  # type: ignore[assignment]
     loop: asyncio.AbstractEventLoop | None = None
     on_ready: Callable[[], None] | None = None
+    slots_total: int | None = None
     _unsubscribe: Callable[[], None] | None = None
 
     def attach(self, engine: Any) -> None:
@@ -60,6 +61,7 @@ class ServerState:
         if not self.model_name:
             self.model_name = engine.model_name
         self._unsubscribe = engine.events.subscribe(self.metrics.on_event)
+        self.slots_total = engine.info().get("batch")
         self.ready = True
 
     def require_engine(self) -> Any:
@@ -75,7 +77,19 @@ class ServerState:
                            "not_found_error")
 
     def stats(self) -> dict[str, Any]:
-        return self.engine.stats() if self.ready else {}
+        """engine.stats() plus the four standard gauges, derived from the scheduler's counts when the
+        engine reports phases (waiting/reading/parked/decoding, free_slots) instead."""
+        if not self.ready:
+            return {}
+        stats = dict(self.engine.stats())
+        total = stats.setdefault("slots_total", self.slots_total)
+        if "free_slots" in stats and total is not None:
+            stats.setdefault("slots_busy", total - stats["free_slots"])
+        if "waiting" in stats:
+            stats.setdefault("queue_len", stats["waiting"])
+        if all(k in stats for k in ("reading", "parked", "decoding")):
+            stats.setdefault("requests_running", stats["reading"] + stats["parked"] + stats["decoding"])
+        return {k: v for k, v in stats.items() if v is not None}
 
     def start_draining(self, timeout_s: float) -> None:
         """Shutdown began: refuse new requests, end event feeds, and cancel what still runs after timeout_s."""
