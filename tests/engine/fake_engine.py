@@ -4,7 +4,8 @@ It lets the HTTP server be tested without a model: a byte tokenizer, `batch` slo
 background thread, FIFO admission, a deterministic "model" (the next byte depends only on the
 context, so greedy output is the same solo or interleaved), seeded sampling, stop strings, EOS,
 logprobs, cancellation, and ADMIT/FINISH/BSTOP events. Prompts that contain `__crash__` make
-`submit` raise; prompts that contain `__boom__` finish with finish_reason "error".
+`submit` raise; prompts that contain `__boom__` finish with finish_reason "error"; prompts that
+contain `__eos__` sample EOS after three tokens.
 """
 from __future__ import annotations
 
@@ -221,6 +222,8 @@ class FakeEngine:
             weights = [math.exp(s / p.temperature) for s in scores]
             choice = job.rng.choices(range(len(scores)), weights)[0]
         token = EOS if choice == len(ALPHABET) else ALPHABET[choice]
+        if "__eos__" in text and len(job.out) == 3:
+            token = EOS  # a way for tests to end a generation by EOS
         if p.ignore_eos and token == EOS:
             token = ALPHABET[0]
         norm = math.log(sum(math.exp(s) for s in scores))

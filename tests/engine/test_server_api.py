@@ -114,6 +114,19 @@ def test_stream_is_one_event_per_token_then_usage_then_done(url, engine):
     assert len({e["id"] for e in events[:-1]}) == 1
 
 
+def test_an_eos_finish_comes_in_one_more_event_without_a_token(url):
+    body = {"prompt": "end __eos__", "max_tokens": 10, "temperature": 0, "return_token_ids": True}
+    whole = httpx.post(url + "/v1/completions", json=body).json()["choices"][0]
+    assert whole["finish_reason"] == "stop" and len(whole["token_ids"]) == 3
+    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}) as r:
+        events = sse_events(r)
+    choices = [e["choices"][0] for e in events[:-2]]
+    assert [c["finish_reason"] for c in choices] == [None, None, None, "stop"]
+    assert [len(c["token_ids"]) for c in choices] == [1, 1, 1, 0] and choices[-1]["text"] == ""
+    assert choices[-1]["prompt_token_ids"] == whole["prompt_token_ids"]
+    assert events[-2]["usage"]["completion_tokens"] == 3 and events[-1] == "[DONE]"
+
+
 def test_openai_client_streaming_and_usage_opt_out(client, engine):
     expect = solo(engine, "abc", max_tokens=6, temperature=0)
     chunks = list(client.completions.create(model=M, prompt="abc", max_tokens=6, temperature=0, stream=True,
