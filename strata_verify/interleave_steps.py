@@ -36,19 +36,34 @@ def _pieces(run: InterleaveRun, rid: str) -> list[dict[str, Any]]:
     return run.watcher.of(rid, "PIECE") if run.watcher else []
 
 
+def _when(run: InterleaveRun, event: dict[str, Any] | None) -> float | None:
+    """When the gate saw an event (its arrival on the live feed), else its engine time mapped over."""
+    if event is None or run.watcher is None:
+        return None
+    return event["_arrived"] if event.get("_arrived") is not None else run.watcher.to_client(event)
+
+
 def _read_window(run: InterleaveRun, name: str) -> tuple[float | None, float | None, str]:
     """When `name`'s prompt was read, on the gate's clock: engine READ_START..READ_DONE when the feed
     has them, else from its send to its first token (which includes any wait for a slot)."""
     rid = run.interleaved[name].request_id
     w = run.watcher
     if w is not None and w.available:
-        start = w.to_client(next(iter(w.of(rid, "READ_START")), None))
         done = w.of(rid, "READ_DONE")
-        end = w.to_client(done[-1]) if done else None
+        start, end = _when(run, next(iter(w.of(rid, "READ_START")), None)), _when(run, done[-1] if done else None)
         if start is not None and end is not None:
             return start, end, "engine READ_START..READ_DONE"
     answer = run.interleaved[name]
     return answer.sent_at, answer.first_token_at, f"{name}'s send..{name}'s first token"
+
+
+def longest_pause(answer, start: float, end: float) -> float:
+    """The longest gap between two of a stream's tokens that overlaps [start, end] (seconds)."""
+    longest = 0.0
+    for before, after in zip(answer.times, answer.times[1:]):
+        if after >= start and before <= end:
+            longest = max(longest, after - before)
+    return longest
 
 
 def _decoders(run: InterleaveRun) -> Step:
@@ -73,12 +88,17 @@ def _read_during_decode(run: InterleaveRun) -> Step:
     if start is None or end is None:
         return Step(CHECK, name, NOT_EXERCISED, "C's read window is unknown (no first token)")
     a, b = run.interleaved["A"], run.interleaved["B"]
-    got_a, got_b = a.tokens_between(start, end), b.tokens_between(start, end)
     pieces = _pieces(run, run.interleaved["C"].request_id)
     has_pieces = engine_has_pieces(run.info)
     evidence = [f"C's read ({source}): {run.rel(start)} .. {run.rel(end)}, {end - start:.3f} s, "
                 f"{len(run.prompts['C'])} prompt tokens",
-                f"tokens received during C's read: A {got_a}, B {got_b}"]
+                f"longest pause during C's read: A {longest_pause(a, start, end):.3f} s, B {longest_pause(b, start, end):.3f} s"]
+    # Tokens made just before READ_START can reach the gate after it; counting from the end of the
+    # first piece leaves them out, so what is counted was decoded between pieces.
+    first_piece_end = _when(run, pieces[0]) if pieces else None
+    since, since_what = (first_piece_end, "C's first PIECE event") if first_piece_end else (start, "C's read began")
+    got_a, got_b = a.tokens_between(since, end), b.tokens_between(since, end)
+    evidence.append(f"tokens received from {since_what} to its READ_DONE: A {got_a}, B {got_b}")
     if pieces:
         sizes = "+".join(str(p.get("tokens", "?")) for p in pieces)
         steps = ", ".join(str(p.get("decode_steps", "?")) for p in pieces)
@@ -96,7 +116,7 @@ def _read_during_decode(run: InterleaveRun) -> Step:
                         f"tokens but C's read went in {len(pieces)} piece(s): raise --scale or lower the piece size",
                         tuple(evidence))
         if got_a == 0 or got_b == 0:
-            return Step(CHECK, name, NOT_EXERCISED, "C was read in pieces but A or B got no token during the read",
+            return Step(CHECK, name, NOT_EXERCISED, "C was read in pieces but A or B got no token between them",
                         tuple(evidence))
         return Step(CHECK, name, PASS, f"C read in {len(pieces)} pieces while A and B got {got_a} and {got_b} tokens",
                     tuple(evidence))
@@ -126,7 +146,7 @@ def _give_way(run: InterleaveRun) -> Step:
     yields = [y for y in w.of(None, "YIELDED") if d.request_id in (y.get("request_id"), y.get("parked"))
               or (y.get("request_id") is None and y.get("to") == e.request_id)]
     for y in yields:
-        evidence.append(f"YIELDED {y.get('slot')} {y.get('tokens_read')} (to {y.get('to', '?')}) at {run.rel(w.to_client(y))}")
+        evidence.append(f"YIELDED {y.get('slot')} {y.get('tokens_read')} (to {y.get('to', '?')}) at {run.rel(_when(run, y))}")
     if start is not None and e.sent_at < start:
         evidence.append("E was sent before D's read began (the engine had not reported READ_START for D in time)")
     if not yields:
@@ -139,7 +159,7 @@ def _give_way(run: InterleaveRun) -> Step:
     if not to_e:
         return Step(CHECK, name, NOT_EXERCISED, f"D gave way to {yields[0].get('to')}, not to E", tuple(evidence))
     e_done = w.of(e.request_id, "READ_DONE")
-    e_ready = w.to_client(e_done[0]) if e_done else e.first_token_at
+    e_ready = _when(run, e_done[0]) if e_done else e.first_token_at
     d_ready = end if end is not None else d.first_token_at
     if e_ready is None or d_ready is None or e_ready > d_ready:
         return Step(CHECK, name, NOT_EXERCISED, "D logged YIELDED but E's read did not finish before D's", tuple(evidence))

@@ -27,8 +27,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from strata_engine.events import EngineEvent
 
 
-def token_at(prompt: list[int], index: int, vocab: int) -> int:
-    digest = hashlib.sha256(f"{prompt}|{index}".encode()).digest()
+def token_at(prompt: list[int], index: int, vocab: int, salt: str = "") -> int:
+    digest = hashlib.sha256(f"{salt}{prompt}|{index}".encode()).digest()
     return 1 + int.from_bytes(digest[:4], "little") % (vocab - 1)
 
 
@@ -179,7 +179,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         want_lp = body.get("logprobs") is not None
 
         def chunk(index: int) -> dict:
-            token = token_at(prompt_ids, index, args.vocab)
+            token = token_at(prompt_ids, index, args.vocab, args.salt if index >= args.salt_from else "")
             choice = {"index": 0, "text": f" t{token}", "finish_reason": "length" if index == max_tokens - 1 else None,
                       "token_ids": [token], "logprobs": None}
             if index == 0:
@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--read-ms-per-token", type=float, default=0.2)
     parser.add_argument("--decode-ms", type=float, default=5.0)
     parser.add_argument("--decode-budget-ms", type=float, default=40.0)
+    parser.add_argument("--salt", default="", help="a different 'build': other (still deterministic) answers")
+    parser.add_argument("--salt-from", type=int, default=0, help="the salt changes tokens from this index on")
     parser.add_argument("--no-yield", action="store_true")
     parser.add_argument("--no-events", action="store_true")
     parser.add_argument("--batch-invariant", action="store_true")

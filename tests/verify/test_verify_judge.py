@@ -1,0 +1,109 @@
+"""interleave_steps.judge on hand-made evidence: a step passes only when its interleaving is proved."""
+from __future__ import annotations
+
+from strata_verify.client import Completion
+from strata_verify.engine_proc import Target
+from strata_verify.interleave import InterleaveOptions, InterleaveRun
+from strata_verify.interleave_steps import judge
+from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS
+from strata_verify.requests import InterleavePlan
+from strata_verify.watcher import EventWatcher
+
+PIECED = {"piped_read_piece": 512, "batch_groups": 2, "vocab_size": 100}
+RELEASE = {"piped_read_piece": 0, "batch_groups": 2, "vocab_size": 100}
+
+
+def answer(name, sent, times, ids=None, cancelled=False):
+    ids = ids if ids is not None else [10 + i for i in range(len(times))]
+    return Completion(name=name, request_id=f"verify-interleave-{name}-x", sent_at=sent, token_ids=list(ids),
+                      times=list(times), logprobs=[-0.5] * len(ids), top_logprobs=[None] * len(ids),
+                      finish_reason=None if cancelled else "length", cancelled=cancelled)
+
+
+def event(index, kind, name, t, **fields):
+    return {"index": index, "kind": kind, "t": t, "request_id": f"verify-interleave-{name}-x", "_arrived": t, **fields}
+
+
+def make_run(info=PIECED, yielded=True, c_pieces=4, events_available=True):
+    """A: tokens every 0.1 s from 0.1 to 6 s; C read 1.0-2.0 s; D read 3.0-4.0 s, E sent 3.05 s."""
+    run = InterleaveRun(target=Target(command="fake"), options=InterleaveOptions(plan=InterleavePlan(scale=0.05)),
+                        info=dict(info), nonce="x")
+    run.prompts = {"A": [1] * 13, "B": [2] * 16, "C": [3] * 2000, "D": [4] * 2000, "E": [5] * 250}
+    decode = [round(0.1 * i, 2) for i in range(1, 61)]
+    if c_pieces < 2:  # one run: A and B get nothing while C is read
+        decode = [t for t in decode if not 1.0 < t < 2.0]
+    run.interleaved = {"A": answer("A", 0.0, decode, cancelled=True), "B": answer("B", 0.0, decode, cancelled=True),
+                       "C": answer("C", 0.9, [2.05 + 0.01 * i for i in range(16)]),
+                       "D": answer("D", 2.9, [4.05 + 0.01 * i for i in range(16)]),
+                       "E": answer("E", 3.05, [3.5 + 0.01 * i for i in range(16)])}
+    run.solo = {k: answer(k, 0.0, v.times, v.token_ids) for k, v in run.interleaved.items()}
+    w = EventWatcher("http://unused")
+    w.available = events_available
+    evs = [event(0, "READ_START", "C", 1.0)]
+    evs += [event(1 + i, "PIECE", "C", 1.0 + (i + 1) * 1.0 / c_pieces, tokens=512, decode_steps=4) for i in range(c_pieces)]
+    evs += [event(20, "READ_DONE", "C", 2.0), event(21, "READ_START", "D", 3.0), event(22, "PIECE", "D", 3.3, tokens=512)]
+    if yielded:
+        evs.append(event(23, "YIELDED", "D", 3.31, slot=2, tokens_read=512, to="verify-interleave-E-x"))
+    evs += [event(24, "READ_START", "E", 3.32), event(25, "READ_DONE", "E", 3.5 if yielded else 4.2),
+            event(26, "READ_DONE", "D", 4.0)]
+    w.events = evs if events_available else []
+    run.watcher = w
+    return run
+
+
+def by_name(steps):
+    return {s.name: s for s in steps}
+
+
+def test_everything_proved_passes():
+    steps = by_name(judge(make_run()))
+    assert steps["A and B decode"].status == PASS
+    c = steps["C read while A and B decode"]
+    assert c.status == PASS and "4 pieces" in c.reason
+    d = steps["D gives way to E"]
+    assert d.status == PASS and "512 tokens" in d.reason and any("YIELDED 2 512" in e for e in d.evidence)
+    assert all(steps[f"{n} interleaved == solo"].status == PASS for n in "ABCDE")
+    assert steps["logprobs interleaved vs solo"].status == INFO
+
+
+def test_no_yield_is_not_exercised():
+    d = by_name(judge(make_run(yielded=False)))["D gives way to E"]
+    assert d.status == NOT_EXERCISED and "without giving way" in d.reason
+
+
+def test_one_piece_when_the_engine_has_pieces_is_not_exercised():
+    c = by_name(judge(make_run(c_pieces=1)))["C read while A and B decode"]
+    assert c.status == NOT_EXERCISED and "1 piece" in c.reason
+
+
+def test_release_engine_passes_c_on_slots_held_but_says_so():
+    c = by_name(judge(make_run(info=RELEASE, c_pieces=1)))["C read while A and B decode"]
+    assert c.status == PASS and "one run" in c.reason
+    assert any("longest pause during C's read: A 1.000 s" in e for e in c.evidence)
+
+
+def test_decoders_that_stopped_before_the_read_ended_are_not_exercised():
+    run = make_run()
+    run.interleaved["A"] = answer("A", 0.0, [0.1, 0.2, 0.3])  # finished long before C's read
+    assert by_name(judge(run))["C read while A and B decode"].status == NOT_EXERCISED
+
+
+def test_without_an_event_feed_the_give_way_cannot_pass():
+    steps = by_name(judge(make_run(info={"vocab_size": 100}, events_available=False)))
+    assert steps["D gives way to E"].status == NOT_EXERCISED and "no event feed" in steps["D gives way to E"].reason
+    assert steps["C read while A and B decode"].status == PASS  # A and B got tokens between C's send and first token
+
+
+def test_a_perturbed_token_fails_with_its_index():
+    run = make_run()
+    run.interleaved["C"].token_ids[3] += 1
+    c = by_name(judge(run))["C interleaved == solo"]
+    assert c.status == FAIL and "token 3" in c.reason and "index 3" in c.evidence[0]
+
+
+def test_batch_invariance_claim_makes_logprobs_bitwise():
+    run = make_run(info={**PIECED, "batch_invariant": True})
+    assert by_name(judge(run))["logprobs interleaved vs solo"].status == PASS
+    run.interleaved["E"].logprobs[2] = -0.5000001
+    step = by_name(judge(run))["logprobs interleaved vs solo"]
+    assert step.status == FAIL and "E" in step.reason and "1e-07" in step.reason
