@@ -59,6 +59,7 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
         if since is not None and exit_code() is None:
             fetched = await fetch_events(client, url, since)
             run["engine_events"] = fetched[0] if fetched else None
+    run["warnings"] += _short_streams(results)
     run["requests"] = [r.to_dict(origin) for r in results]
     run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
     return run
@@ -83,6 +84,17 @@ async def _race(main: Any, exit_code: Callable[[], int | None], timeout_s: float
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+def _short_streams(results: list[RequestResult]) -> list[str]:
+    """Streams that ended on their own before the joiners were read measured no part of the join."""
+    firsts = [r.first_token_at for r in results if r.role == "joiner" and r.first_token_at is not None]
+    if not firsts:
+        return []
+    return [f"stream {r.name} finished ({len(r.token_times)} tokens) before the last joiner's first token: "
+            "raise its max_tokens so the streams outlast the joiners"
+            for r in results if r.role == "stream" and r.ended_by == "finished" and r.token_times
+            and r.token_times[-1] < max(firsts)]
 
 
 def _bodies(ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str]]:

@@ -1,9 +1,11 @@
 """Scenarios: which requests a run sends and when, as data (strata_bench/scenarios/*.json or any path).
 
-Streams are sent at the run's start and decode; every other request (a joiner) is sent `at_s` seconds
-after the anchor: the moment every stream has its first token, plus `settle_s` (the run's start when
-there are no streams). `scaled(scale)` multiplies every prompt length and every `at_s`; decode lengths
-(`max_tokens`, a cap) and the measuring margins (`settle_s`, `stream_tail_s`) are not scaled.
+Streams are sent at the run's start and decode `max_tokens` tokens (sized to outlast the joiners, so
+every arm does the same work and the token rate compares), or until `stream_tail_s` after the last
+joiner's first token when that is set. Every other request (a joiner) is sent `at_s` seconds after the
+anchor: the moment every stream has its first token, plus `settle_s` (the run's start when there are no
+streams). `scaled(scale)` multiplies every length and delay (prompt lengths, streams' decode lengths,
+`at_s`, `settle_s`, `stream_tail_s`); a joiner's `max_tokens` stays, it only needs its first tokens.
 """
 from __future__ import annotations
 
@@ -88,13 +90,21 @@ class Scenario:
         return tuple(r for r in self.requests if r.role == "joiner")
 
     def scaled(self, scale: float) -> "Scenario":
-        """Every prompt length and joiner delay times `scale` (lengths rounded, at least 1 token)."""
+        """Every length and delay times `scale` (token counts rounded, at least 1), joiners' max_tokens kept."""
         if scale <= 0:
             raise ScenarioError(f"--scale must be > 0, got {scale}")
+
+        def tokens(n: int) -> int:
+            return max(1, round(n * scale))
+
         requests = tuple(
-            replace(r, prompt_tokens=max(1, round(r.prompt_tokens * scale)), at_s=r.at_s * scale) for r in self.requests
+            replace(r, prompt_tokens=tokens(r.prompt_tokens), at_s=r.at_s * scale,
+                    max_tokens=tokens(r.max_tokens) if r.role == "stream" else r.max_tokens)
+            for r in self.requests
         )
-        return replace(self, requests=requests, scale=self.scale * scale)
+        tail = None if self.stream_tail_s is None else self.stream_tail_s * scale
+        return replace(self, requests=requests, settle_s=self.settle_s * scale, stream_tail_s=tail,
+                       scale=self.scale * scale)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -22,10 +22,9 @@ def fmt_value(value: float | None, unit: str, digits: int = 3) -> str:
         return "—"
     if unit in ("tok", ""):
         return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"
-    text = f"{value:.{digits}g}"
-    if "e" in text:
-        text = f"{value:.{digits}f}"
-    return text
+    if abs(value) >= 10 ** digits:  # 12345 ms, not 1.23e+04
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
 
 
 def fmt_p(p: float | None) -> str:

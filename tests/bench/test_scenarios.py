@@ -16,13 +16,17 @@ def test_bundled_scenarios_match_the_spec():
     assert [j.prompt_tokens for j in ra.joiners] == [46080]
 
 
-def test_scale_multiplies_lengths_and_delays_not_decode_caps():
+def test_scale_multiplies_every_length_and_delay_but_joiners_decode():
     tj = load_scenario("two_joiners").scaled(0.01)
     assert [j.prompt_tokens for j in tj.joiners] == [655, 328]
     assert tj.joiners[1].at_s == pytest.approx(0.06)
     assert tj.streams[0].prompt_tokens == 1  # 0.64 rounds to 1: never below one token
-    assert tj.streams[0].max_tokens == 8192
-    assert tj.scale == 0.01 and tj.settle_s == 1.0
+    assert tj.streams[0].max_tokens == 20  # the streams' decode is sized against the reads
+    assert [j.max_tokens for j in tj.joiners] == [8, 8]  # a joiner only needs its first tokens
+    assert tj.scale == 0.01 and tj.settle_s == pytest.approx(0.01) and tj.stream_tail_s is None
+    tailed = Scenario.from_dict({"name": "t", "stream_tail_s": 2.0, "requests": [
+        {"name": "s", "role": "stream", "prompt_tokens": 10, "max_tokens": 10}]}).scaled(0.5)
+    assert tailed.stream_tail_s == 1.0 and tailed.scaled(2.0).scale == 1.0
     with pytest.raises(ScenarioError):
         load_scenario("two_joiners").scaled(0)
 
