@@ -52,6 +52,7 @@ class ServerState:
     wakers: set = field(default_factory=set)  # asyncio.Events of open /v1/events?follow streams
     metrics: ServerMetrics = None  # type: ignore[assignment]
     loop: asyncio.AbstractEventLoop | None = None
+    mailbox: Any = None  # relay.Mailbox of the serving loop
     on_ready: Callable[[], None] | None = None
     slots_total: int | None = None
     _unsubscribe: Callable[[], None] | None = None
@@ -174,7 +175,10 @@ def create_app(engine: Any, *, model_name: str | None = None, api_key: str | Non
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        from .relay import Mailbox
+
         state.loop = asyncio.get_running_loop()
+        state.mailbox = Mailbox(state.loop)
         if loader is not None:
             task = asyncio.ensure_future(load())
         elif managed:

@@ -7,10 +7,11 @@ from `engine.stats()` at scrape time, so they are never stale.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -49,6 +50,35 @@ class EngineStatsCollector(Collector):
         return []  # values are only known at scrape time
 
 
+class LoopHistogram(Collector):
+    """A histogram observed from one thread only (the event loop), so it needs no lock: a bisect and
+    two additions per observation. Used for the per-token decode pause, the hottest metric."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]):
+        self.name, self.doc, self.bounds = name, doc, tuple(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        counts, total = list(self.counts), self.sum  # a consistent enough snapshot for a scrape
+        cumulative, buckets = 0, []
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), counts):
+            cumulative += n
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=total)
+
+    def describe(self) -> list:
+        return []
+
+
 class ServerMetrics:
     def __init__(self, stats: Callable[[], dict[str, Any]]):
         self.registry = CollectorRegistry()
@@ -61,9 +91,9 @@ class ServerMetrics:
         self.generation_tokens = Counter("strata_generation_tokens", "tokens generated (finished requests)", registry=r)
         self.disconnects = Counter("strata_client_disconnects",
                                    "requests whose client went away before the end (engine request cancelled)", registry=r)
-        self.decode_pause = Histogram("strata_decode_pause_seconds",
-                                      "gap between consecutive tokens of one stream (engine clock)",
-                                      buckets=PAUSE_BUCKETS, registry=r)
+        self.decode_pause = LoopHistogram("strata_decode_pause_seconds",
+                                          "gap between consecutive tokens of one stream (engine clock)", PAUSE_BUCKETS)
+        r.register(self.decode_pause)
         self.ttft = Histogram("strata_time_to_first_token_seconds", "submit to first token, per request",
                               buckets=TTFT_BUCKETS, registry=r)
         self.events = Counter("strata_engine_events", "engine events by kind", ["kind"], registry=r)

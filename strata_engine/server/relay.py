@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from starlette.responses import Response
@@ -21,6 +22,29 @@ if TYPE_CHECKING:
     from .app import ServerState
 
 _GONE = object()  # queued when the client disconnects, so a waiting reader wakes at once
+
+
+class Mailbox:
+    """Items from the engine thread to the event loop with at most one wake-up pending: a decode step
+    that samples a token for every slot wakes the loop once, not once per token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.items: deque[tuple["Relay", Any]] = deque()
+        self.pending = False
+
+    def post(self, relay: "Relay", item: Any) -> None:  # engine thread
+        self.items.append((relay, item))
+        if not self.pending:
+            self.pending = True
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:  # event loop
+        self.pending = False  # before popping: an item posted from now on schedules its own drain
+        items = self.items
+        while items:
+            relay, item = items.popleft()
+            relay._deliver(item)
 
 
 class Relay:
@@ -46,7 +70,7 @@ class Relay:
 
     # engine thread: keep it cheap
     def _on_output(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self._deliver, item)
+        self.state.mailbox.post(self, item)
 
     # event loop
     def _deliver(self, item: Any) -> None:

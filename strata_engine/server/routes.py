@@ -132,24 +132,29 @@ async def _stream(relay: Relay, render: Render, params: Any, engine: Any, includ
                 or (prompt_tokens is not None and prompt_tokens + tok.index + 1 >= engine.ctx))
 
     def event(tokens: list[Any], finish: str | None, tail: str = "", prompt_ids: Any = None) -> bytes:
+        if finish is None and prompt_tokens is None and len(tokens) == 1:
+            return render.token_event(tokens[0])
         usage = render.usage(generated, prompt_tokens) if prompt_tokens is not None else None
         return sse(dumps(render.chunk(tokens, finish, usage, tail, prompt_ids)))
 
     pending = None  # a token whose event waits until we know whether it is the last
+    out: list[bytes] = []  # events ready to send; the tokens already queued go out in one write
     while True:
-        item = relay.next_nowait() if pending is not None else None
-        if item is None and pending is not None and not must_be_last(pending):
-            yield event([pending], None)
-            pending = None
-            continue
+        item = relay.next_nowait()
         if item is None:
+            if pending is not None and not must_be_last(pending):
+                out.append(event([pending], None))
+                pending = None
+            if out:
+                yield b"".join(out)
+                out = []
             item = await relay.next()
-        if item is None:  # client gone: EventStream stops sending
-            return
+            if item is None:  # client gone: EventStream stops sending
+                return
         completion = getattr(item, "completion", None)
         if completion is None:  # a token
             if pending is not None:
-                yield event([pending], None)
+                out.append(event([pending], None))
             pending = item
             generated += 1
             continue
@@ -158,14 +163,15 @@ async def _stream(relay: Relay, render: Render, params: Any, engine: Any, includ
             if generated == 0:
                 raise APIError(500, message, type="server_error")
             if pending is not None:
-                yield event([pending], None)
-            yield sse(dumps(APIError(500, message, type="server_error").body()))
+                out.append(event([pending], None))
+            out.append(sse(dumps(APIError(500, message, type="server_error").body())))
         else:
             # The finish rides on the last token's event when it is still pending; after an EOS (not an
             # output token) or a stop string found late it comes in one more event with no token.
-            yield event([pending] if pending is not None else [], completion.finish_reason,
-                        getattr(item, "unsent_text", ""), completion.prompt_token_ids)
+            out.append(event([pending] if pending is not None else [], completion.finish_reason,
+                             getattr(item, "unsent_text", ""), completion.prompt_token_ids))
             if include_usage:
-                yield sse(dumps(render.usage_chunk(len(completion.token_ids), len(completion.prompt_token_ids))))
-        yield DONE
+                out.append(sse(dumps(render.usage_chunk(len(completion.token_ids), len(completion.prompt_token_ids)))))
+        out.append(DONE)
+        yield b"".join(out)
         return

@@ -114,3 +114,32 @@ def test_whole_responses():
     assert [c["token"] for c in chat["choices"][0]["logprobs"]["content"]] == ["A", "B"]
     with pytest.raises(ValueError):
         Render(kind="embedding", request_id="x", model="m", prompt_ids=[], token_str=str)
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+@pytest.mark.parametrize("return_token_ids", [False, True])
+def test_the_hot_path_token_event_equals_the_general_chunk(kind, return_token_ids):
+    from strata_engine.server.render import dumps
+
+    fast = Render(kind=kind, request_id='q"1', model="sim:x", prompt_ids=[], token_str=chr,
+                  return_token_ids=return_token_ids)
+    slow = Render(kind=kind, request_id='q"1', model="sim:x", prompt_ids=[], token_str=chr,
+                  return_token_ids=return_token_ids)
+    slow.created = fast.created
+    for i, text in enumerate(["H", '"é\n', "", "\u2028\x00"]):
+        token = tok(i, 72 + i, text)
+        assert fast.token_event(token) == b"data: " + dumps(slow.chunk([token], None)).encode() + b"\n\n"
+
+
+def test_the_decode_pause_histogram_is_cumulative_with_inclusive_bounds():
+    from strata_engine.server.metrics import ServerMetrics
+
+    metrics = ServerMetrics(lambda: {"slots_total": 2, "phase": "x"})
+    for gap in (0.001, 0.002, 0.5, 100.0):
+        metrics.token_gap(gap)
+    text = metrics.render().decode()
+    assert 'strata_decode_pause_seconds_bucket{le="0.001"} 1.0' in text
+    assert 'strata_decode_pause_seconds_bucket{le="0.5"} 3.0' in text
+    assert 'strata_decode_pause_seconds_bucket{le="+Inf"} 4.0' in text
+    assert "strata_decode_pause_seconds_count 4.0" in text and "strata_slots_total 2.0" in text
+    assert "phase" not in text  # non-numeric stats are not metrics
