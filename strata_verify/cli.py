@@ -24,7 +24,7 @@ from strata_verify.interleave import InterleaveOptions, run_interleave
 from strata_verify.report import FAIL, INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 
-DETERMINISM_ENGINE = "strata-engine serve --split 2 --batch 4 --batch-groups 2"
+DETERMINISM_ENGINE = "strata-engine serve"  # the golden manifest's engine
 
 
 def _output_options(fn):

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +30,14 @@ class EngineStartError(RuntimeError):
     def __init__(self, message: str, stderr_tail: list[str]):
         super().__init__(message)
         self.stderr_tail = stderr_tail
+
+
+def _child_env() -> dict[str, str]:
+    """The gate's environment, with its own interpreter's bin directory first on PATH, so that
+    `strata-engine` resolves to the engine installed beside `strata-verify` even in an inactive venv."""
+    bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{path}" if path else bindir, "PYTHONUNBUFFERED": "1"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -78,7 +87,7 @@ class EngineProcess:
         self._proc = subprocess.Popen(
             self.launched, shell=True, start_new_session=True, text=True, bufsize=1,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_child_env(),
         )
         self._threads = [threading.Thread(target=self._pump, args=(self._proc.stdout, self._stdout, True), daemon=True),
                          threading.Thread(target=self._pump, args=(self._proc.stderr, self._stderr, False), daemon=True)]

@@ -20,6 +20,8 @@ from strata_verify.report import FAIL, INFO, PASS, Step
 
 FORMAT = "strata-verify-manifest/1"
 CHECK = "determinism"
+ENGINE_FLAGS = ("executor", "batch", "batch_groups", "num_stages", "prefill_chunk", "ctx", "piped_read_piece",
+                "decode_share", "read_mix", "pause_target_ms", "batch_invariant")
 PACKAGES = ("strata", "torch", "numpy", "safetensors", "tokenizers", "transformers", "fastapi", "uvicorn", "httpx")
 
 
@@ -129,7 +131,10 @@ def compare(manifest: dict[str, Any], run: DeterminismRun, label: str) -> list[S
     changed = [f"{key}: {env_then.get(key)!r} -> {env_now.get(key)!r}"
                for key in ("torch", "device", "dtype", "model", "engine_version", "python", "machine")
                if env_then.get(key) != env_now.get(key)]
+    flags_then, flags_now = env_then.get("engine") or {}, env_now.get("engine") or {}
+    changed += [f"engine {key}: {flags_then.get(key)!r} -> {flags_now.get(key)!r}" for key in ENGINE_FLAGS
+                if flags_then.get(key) != flags_now.get(key)]
     steps.append(Step(CHECK, f"environment vs {label}", INFO,
-                      f"{len(changed)} differences" if changed else "same torch, device, dtype, model and engine version",
+                      f"{len(changed)} differences" if changed else "same torch, device, dtype, model, engine version and flags",
                       tuple(changed), build_name))
     return steps
