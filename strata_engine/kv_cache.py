@@ -1,0 +1,121 @@
+"""The KV cache: per layer, preallocated keys and values for every decode slot.
+
+Shapes: `LayerKV.k` and `LayerKV.v` are `[num_slots, num_kv_heads, ctx, head_dim]`; slot s's token at
+position p lives at `[s, :, p, :]`. Each layer owns its tensors, so a layer split can place each stage's
+layers on that stage's device (`KVCache(..., layers=range(0, 2), device="cuda:0")`). Writing a position at
+or past `ctx` raises `ContextOverflowError` naming the slot, the position and ctx; nothing is written.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+if TYPE_CHECKING:
+    from .model.config import ModelConfig
+
+
+class ContextOverflowError(ValueError):
+    """A write at a position >= ctx: the request is longer than the slot's cache."""
+
+    def __init__(self, slot: int, position: int, ctx: int):
+        super().__init__(f"slot {slot}: position {position} does not fit in the KV cache (ctx={ctx}; positions 0..{ctx - 1})")
+        self.slot, self.position, self.ctx = slot, position, ctx
+
+
+class LayerKV:
+    """One layer's cache. k, v: [num_slots, num_kv_heads, ctx, head_dim]."""
+
+    def __init__(self, num_slots: int, num_kv_heads: int, ctx: int, head_dim: int, dtype: torch.dtype, device: torch.device | str):
+        shape = (num_slots, num_kv_heads, ctx, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def num_slots(self) -> int:
+        return self.k.shape[0]
+
+    @property
+    def ctx(self) -> int:
+        return self.k.shape[2]
+
+    def check(self, bounds: list[list[int]]) -> None:
+        """bounds: one [slot, first position, last position] per row. Raise before anything is written:
+        ContextOverflowError past ctx, ValueError for a bad or repeated slot or a negative position."""
+        seen = set()
+        for slot, first, last in bounds:
+            if not 0 <= slot < self.num_slots:
+                raise ValueError(f"slot {slot} out of range [0, {self.num_slots})")
+            if slot in seen:
+                raise ValueError(f"slot {slot} appears in two rows of one call")
+            seen.add(slot)
+            if first < 0:
+                raise ValueError(f"slot {slot}: negative position {first}")
+            if last >= self.ctx:
+                raise ContextOverflowError(slot, last, self.ctx)
+
+    def write(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v: [B, num_kv_heads, T, head_dim] for row b at slot slots[b], positions positions[b, :]."""
+        batch, _, tokens, _ = k.shape
+        rows = slots.view(batch, 1).expand(batch, tokens)
+        # Advanced indexing [rows, :, positions] puts the indexed dims first: value shape [B, T, H, hd].
+        self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
+        self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
+
+    def reset(self, slot: int) -> None:
+        """Zero the slot. Correctness does not need it (attention reads only positions already written);
+        it keeps stale keys out of debugging dumps."""
+        self.k[slot].zero_()
+        self.v[slot].zero_()
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() * 2
+
+
+class KVCache:
+    """Every layer's LayerKV (or those of `layers` only, for one pipeline stage), indexable by absolute layer."""
+
+    def __init__(
+        self,
+        config: "ModelConfig",
+        num_slots: int,
+        ctx: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        layers: Sequence[int] | None = None,
+    ):
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        if ctx < 1:
+            raise ValueError(f"ctx must be >= 1, got {ctx}")
+        if ctx > config.max_position_embeddings:
+            raise ValueError(f"ctx {ctx} exceeds the model's max_position_embeddings {config.max_position_embeddings}")
+        layer_ids = list(range(config.num_layers)) if layers is None else list(layers)
+        for i in layer_ids:
+            if not 0 <= i < config.num_layers:
+                raise ValueError(f"layer {i} outside [0, {config.num_layers})")
+        self.num_slots, self.ctx = num_slots, ctx
+        self.layers: dict[int, LayerKV] = {
+            i: LayerKV(num_slots, config.num_kv_heads, ctx, config.head_dim, dtype, device) for i in layer_ids
+        }
+
+    def __getitem__(self, layer: int) -> LayerKV:
+        try:
+            return self.layers[layer]
+        except KeyError:
+            raise KeyError(f"layer {layer} is not held by this cache (layers {sorted(self.layers)})") from None
+
+    def reset(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise ValueError(f"slot {slot} out of range [0, {self.num_slots})")
+        for layer in self.layers.values():
+            layer.reset(slot)
+
+    def free(self) -> None:
+        """Drop the tensors (device memory goes back to the allocator); the cache is unusable afterwards."""
+        self.layers = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.layers.values())

@@ -1,0 +1,223 @@
+"""The decoder-only transformer (llama, mixtral, qwen2_moe, qwen3_moe), reading top to bottom.
+
+Contract: `Transformer.forward(tokens [B,T], positions [B,T], kv, slots [B]) -> logits [B,T,V] float32`
+equals `head(layers(embed(tokens)))`; row b is slot `slots[b]`, its tokens sit at `positions[b, :]`.
+Each `Block` takes its own `LayerKV`, writes this call's keys/values at (slot, position) and lets every
+query at position p attend to its slot's positions 0..p. Rows never see each other: attention runs per
+row over that row's own prefix, and MoE routing and the expert sums are per token in a fixed expert
+order, so a row's tokens do not depend on which other rows share the call or on the prompt chunking.
+No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..kv_cache import KVCache, LayerKV
+from .config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Low precision: normalise in float32, scale in the model dtype, as the HF reference does.
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding; angles computed from positions in float32 (no per-length tables)."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", self._inv_freq(torch.device("cpu")), persistent=False)
+
+    def _inv_freq(self, device: torch.device) -> torch.Tensor:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device="cpu").float() / self.head_dim
+        return (1.0 / (self.theta**exponents)).to(device)
+
+    def _apply(self, fn, recurse=True):
+        # .to(bfloat16) would round the frequencies and shift every rotation; rebuild them in float32
+        # on whatever device the module went to (this also covers to_empty from the meta device).
+        super()._apply(fn, recurse)
+        self.inv_freq = self._inv_freq(self.inv_freq.device)
+        return self
+
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] -> cos, sin [B, 1, T, hd/2] (angles in float32, then the model dtype)."""
+        angles = positions[:, None, :, None].float() * self.inv_freq
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x: [B, heads, T, hd]; rotate the pairs (i, i + hd/2) as HF's rotate_half does
+        x1, x2 = x[..., : self.head_dim // 2], x[..., self.head_dim // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with q/k/v fused into one projection."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, q_dim + 2 * kv_dim, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_dim, config.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.rotary = Rotary(self.head_dim, config.rope_theta)
+
+    def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, D] -> q [B, H, T, hd], k and v [B, Hkv, T, hd], rotary applied to q and k."""
+        batch, tokens, _ = x.shape
+        q, k, v = self.qkv_proj(x).split(
+            [self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim], dim=-1
+        )
+        q = q.view(batch, tokens, self.num_heads, self.head_dim)
+        k = k.view(batch, tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:  # qwen3: normalise each head before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(batch, tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.rotary.angles(positions, q.dtype)
+        return self.rotary(q, cos, sin), self.rotary(k, cos, sin), v
+
+    def output(self, o: torch.Tensor) -> torch.Tensor:
+        """o: [B, H, T, hd] -> [B, T, D]."""
+        batch, _, tokens, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: LayerKV, slots: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.project(x, positions)
+        # One host sync per call: the slot ids and each row's last position decide the key range to read.
+        bounds = torch.stack([slots, positions.min(dim=1).values, positions.max(dim=1).values], dim=1).tolist()
+        kv.check(bounds)
+        kv.write(slots, positions, k, v)
+        rows = []
+        for b, (slot, _, last) in enumerate(bounds):
+            keys, values = kv.k[slot : slot + 1, :, : last + 1], kv.v[slot : slot + 1, :, : last + 1]  # [1, Hkv, L, hd]
+            mask = None
+            if q.shape[2] > 1:  # query t (at positions[b, t]) sees keys 0..positions[b, t]
+                seen = torch.arange(last + 1, device=q.device)[None, :] <= positions[b, :, None]  # [T, L]
+                # an additive float mask: the CPU flash kernel runs it ~1.4x faster than a boolean one
+                mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
+            rows.append(F.scaled_dot_product_attention(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, enable_gqa=True))
+        return self.output(torch.cat(rows, dim=0) if len(rows) > 1 else rows[0])
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward; gate and up fused into one [2I, D] projection (gate rows first)."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class MoE(nn.Module):
+    """Top-k routed SwiGLU experts (+ qwen2_moe's sigmoid-gated shared expert). x: [N, D] -> [N, D]."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        experts, hidden, inter = config.num_experts, config.hidden_size, config.moe_intermediate_size
+        self.top_k, self.norm_topk_prob = config.num_experts_per_tok, config.norm_topk_prob
+        self.gate = nn.Linear(hidden, experts, bias=False)  # the router
+        self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * inter, hidden))  # per expert: gate rows, then up rows
+        self.down_proj = nn.Parameter(torch.empty(experts, hidden, inter))
+        self.shared_expert = self.shared_expert_gate = None
+        if config.shared_expert_intermediate_size:
+            self.shared_expert = MLP(hidden, config.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [N, D] -> router probabilities [N, E] (float32), top-k weights [N, k], top-k expert ids [N, k]."""
+        probs = F.softmax(self.gate(x).float(), dim=-1)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return probs, weights.to(x.dtype), experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, weights, experts = self.route(x)
+        out = torch.zeros_like(x)
+        # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
+        # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.
+        flat_experts = experts.flatten()
+        order = flat_experts.argsort(stable=True)
+        counts = torch.bincount(flat_experts, minlength=self.gate_up_proj.shape[0]).tolist()
+        tokens_of, weights_of = order // self.top_k, weights.flatten()[order]
+        start = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            tokens = tokens_of[start : start + count]
+            gate, up = F.linear(x[tokens], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[expert]) * weights_of[start : start + count, None]
+            out.index_add_(0, tokens, y)
+            start += count
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MoE(config) if config.layer_is_moe(layer) else MLP(config.hidden_size, config.intermediate_size)
+
+    def feed_forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [B, T, D] -> h + mlp(norm(h)); the MLP sees tokens flattened to [B*T, D]."""
+        batch, tokens, dim = h.shape
+        return h + self.mlp(self.post_attention_layernorm(h).reshape(batch * tokens, dim)).view(batch, tokens, dim)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, kv: LayerKV, slots: torch.Tensor) -> torch.Tensor:
+        # h: [B, T, D]; positions: [B, T]; slots: [B]
+        h = h + self.self_attn(self.input_layernorm(h), positions, kv, slots)
+        return self.feed_forward(h)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the LM head when the config says so (again after to_empty, which unties)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: [B, T] -> h [B, T, D]."""
+        return self.embed_tokens(tokens)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [B, T, D] -> logits [B, T, V] in float32."""
+        return self.lm_head(self.norm(h)).float()
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, kv: KVCache, slots: torch.Tensor) -> torch.Tensor:
+        if tokens.shape != positions.shape or tokens.dim() != 2 or slots.shape != tokens.shape[:1]:
+            raise ValueError(f"tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)} must be [B, T] and slots {tuple(slots.shape)} [B]")
+        h = self.embed(tokens)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, positions, kv[i], slots)
+        return self.head(h)

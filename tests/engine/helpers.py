@@ -1,0 +1,80 @@
+"""Shared test helpers for the model tests: tiny HF checkpoints, a greedy loop over our forward, and
+an equality check that names the first differing index and both sides."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from strata_engine.kv_cache import KVCache
+from strata_engine.model.transformer import Transformer
+
+ARCHITECTURES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe")
+COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+# Random init with initializer_range 0.02 gives near-uniform logits (ties decide greedy tokens); a larger
+# range makes each step's top-1 stand clear of the rest, as in a trained model.
+INIT_RANGE = 0.25
+
+
+def hf_config(arch: str):
+    from transformers import LlamaConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+
+    if arch == "llama":
+        return LlamaConfig(**COMMON, initializer_range=INIT_RANGE)
+    if arch == "mixtral":
+        return MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, initializer_range=INIT_RANGE)
+    if arch == "qwen2_moe":
+        return Qwen2MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                              shared_expert_intermediate_size=40, initializer_range=INIT_RANGE)
+    if arch == "qwen3_moe":
+        return Qwen3MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, head_dim=16,
+                              norm_topk_prob=True, initializer_range=INIT_RANGE)
+    raise ValueError(arch)
+
+
+def save_hf_checkpoint(arch: str, directory: Path, seed: int = 0, **save_kwargs):
+    """Build a random HF model of `arch`, save_pretrained it to `directory`, return the HF model (eval, fp32)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(arch), attn_implementation="eager").eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(directory, **save_kwargs)
+    return model
+
+
+def greedy(model: Transformer, prompt: Sequence[int], new_tokens: int, chunk: int, slot: int = 0, num_slots: int = 1,
+           ctx: int | None = None) -> list[int]:
+    """Read the prompt in chunks of `chunk` tokens into `slot`, then decode `new_tokens` greedy tokens."""
+    ctx = ctx or len(prompt) + new_tokens
+    kv = KVCache(model.config, num_slots, ctx, torch.float32, "cpu")
+    slots = torch.tensor([slot])
+    with torch.inference_mode():
+        for start in range(0, len(prompt), chunk):
+            ids = list(prompt[start : start + chunk])
+            logits = model(torch.tensor([ids]), torch.arange(start, start + len(ids))[None], kv, slots)
+        out = [int(logits[0, -1].argmax())]
+        while len(out) < new_tokens:
+            pos = len(prompt) + len(out) - 1
+            logits = model(torch.tensor([[out[-1]]]), torch.tensor([[pos]]), kv, slots)
+            out.append(int(logits[0, -1].argmax()))
+    return out
+
+
+def assert_tokens_equal(*, expected: Sequence[int], actual: Sequence[int], label: str, expected_name: str = "expected",
+                        actual_name: str = "actual") -> None:
+    """Fail with the first differing index and a window of both sides (or the length difference)."""
+    expected, actual = list(expected), list(actual)
+    for i, (a, b) in enumerate(zip(expected, actual)):
+        if a != b:
+            lo = max(0, i - 3)
+            raise AssertionError(
+                f"{label}: first difference at token {i}: {expected_name}={a} {actual_name}={b}\n"
+                f"  {expected_name}[{lo}:{i + 4}] = {expected[lo : i + 4]}\n  {actual_name}[{lo}:{i + 4}] = {actual[lo : i + 4]}"
+            )
+    if len(expected) != len(actual):
+        raise AssertionError(f"{label}: equal for {min(len(expected), len(actual))} tokens, then lengths differ: "
+                             f"{expected_name} has {len(expected)}, {actual_name} has {len(actual)}")

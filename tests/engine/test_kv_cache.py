@@ -1,0 +1,77 @@
+"""KVCache: shapes, per-layer placement, reset, and the clear error past ctx."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata_engine.kv_cache import ContextOverflowError, KVCache
+from strata_engine.model.config import ModelConfig
+
+CONFIG = ModelConfig(architecture="llama", vocab_size=32, hidden_size=16, num_layers=4, num_heads=4, num_kv_heads=2,
+                     head_dim=4, intermediate_size=32, max_position_embeddings=64)
+
+
+def test_shapes_and_bytes():
+    cache = KVCache(CONFIG, num_slots=3, ctx=10)
+    assert sorted(cache.layers) == [0, 1, 2, 3]
+    for layer in cache.layers.values():
+        assert layer.k.shape == layer.v.shape == (3, 2, 10, 4)
+        assert layer.k.dtype == torch.float32
+    assert cache.nbytes == 4 * 2 * 3 * 2 * 10 * 4 * 4
+
+
+def test_stage_holds_only_its_layers():
+    cache = KVCache(CONFIG, num_slots=2, ctx=8, dtype=torch.bfloat16, layers=range(2, 4))
+    assert sorted(cache.layers) == [2, 3] and cache[3].k.dtype == torch.bfloat16
+    with pytest.raises(KeyError, match="layer 0 is not held"):
+        cache[0]
+    with pytest.raises(ValueError, match="layer 4 outside"):
+        KVCache(CONFIG, num_slots=2, ctx=8, layers=[4])
+
+
+def test_write_places_tokens_at_slot_and_position():
+    cache = KVCache(CONFIG, num_slots=3, ctx=8)
+    k = torch.arange(2 * 2 * 3 * 4, dtype=torch.float32).view(2, 2, 3, 4)  # [B=2, Hkv, T=3, hd]
+    layer = cache[1]
+    slots, positions = torch.tensor([2, 0]), torch.tensor([[4, 5, 6], [0, 1, 2]])
+    layer.check([[2, 4, 6], [0, 0, 2]])
+    layer.write(slots, positions, k, -k)
+    assert torch.equal(layer.k[2, :, 4:7], k[0]) and torch.equal(layer.v[0, :, 0:3], -k[1])
+    assert layer.k[1].abs().sum() == 0 and layer.k[2, :, :4].abs().sum() == 0
+
+
+def test_reset_zeroes_only_that_slot():
+    cache = KVCache(CONFIG, num_slots=2, ctx=4)
+    for layer in cache.layers.values():
+        layer.k.fill_(1.0)
+        layer.v.fill_(2.0)
+    cache.reset(1)
+    assert all(layer.k[1].abs().sum() == 0 and layer.v[1].abs().sum() == 0 for layer in cache.layers.values())
+    assert all(layer.k[0].min() == 1.0 and layer.v[0].min() == 2.0 for layer in cache.layers.values())
+    with pytest.raises(ValueError, match="slot 2 out of range"):
+        cache.reset(2)
+
+
+def test_past_ctx_is_a_clear_error_and_writes_nothing():
+    layer = KVCache(CONFIG, num_slots=2, ctx=8)[0]
+    with pytest.raises(ContextOverflowError, match=r"slot 1: position 8 .*ctx=8") as info:
+        layer.check([[0, 0, 3], [1, 5, 8]])
+    assert (info.value.slot, info.value.position, info.value.ctx) == (1, 8, 8)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ValueError, match="slot 0 appears in two rows"):
+        layer.check([[0, 0, 1], [0, 2, 3]])
+    with pytest.raises(ValueError, match="negative position"):
+        layer.check([[0, -1, 1]])
+
+
+def test_bad_sizes():
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings 64"):
+        KVCache(CONFIG, num_slots=1, ctx=65)
+    with pytest.raises(ValueError, match="num_slots"):
+        KVCache(CONFIG, num_slots=0, ctx=8)
+
+
+def test_free_drops_tensors():
+    cache = KVCache(CONFIG, num_slots=1, ctx=4)
+    cache.free()
+    assert cache.nbytes == 0 and cache.layers == {}
