@@ -87,6 +87,8 @@ def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeo
                           "prompts": " ".join(f"{k}={v}" for k, v in plan.prompt_lengths().items())})
     if not engine and not url:
         report.meta["default piece"] = default_piece(scale)
+    if url:
+        report.meta["solo runs"] = "on the same server after the interleaved run (--url: not a fresh engine)"
     raw: dict = {}
     started = time.monotonic()
     _progress(f"interleave on {target.describe()}")
