@@ -14,7 +14,7 @@ import pytest
 from strata_verify import manifest
 from strata_verify.requests import default_engine_command
 
-from .support import REPO, verify
+from .support import HERE, PY, REPO, verify
 
 ENGINE = shlex.quote(str(Path(sys.executable).parent / "strata-engine"))
 SIM = f"{ENGINE} serve --executor sim --time-scale 10 --split 2 --batch 4 --batch-groups 2 --ctx 16384"
@@ -49,6 +49,14 @@ def test_release_and_pieces_give_the_same_six_hashes_on_the_sim_engine():
                  "--engine", f"piece={SIM.replace(ENGINE, 'env STRATA_PIPED_READ_PIECE=4096 ' + ENGINE, 1)}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("same answer (release vs piece)") == 6
+
+
+def test_fault_proxy_in_front_of_the_real_server_is_caught():
+    proxy = f"{PY} {shlex.quote(str(HERE / 'fault_proxy.py'))} --mode perturb --request C --index 3 --"
+    out = verify("interleave", "--engine", f"{proxy} env STRATA_PIPED_READ_PIECE=4096 {SIM}", "--scale", "0.25")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "C interleaved == solo: differs at token 3" in out.stdout
+    assert out.stdout.count("[    FAIL     ]") == 1 and "[NOT EXERCISED]" not in out.stdout
 
 
 @needs_model
