@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import httpx
+from .http_stream import HTTPStreamError, post_stream
 
 OnEvent = Callable[[dict[str, Any], float], None]  # (parsed event, arrival perf_counter)
 
@@ -109,13 +109,13 @@ def _error_message(payload: Any) -> str:
 
 
 async def stream_completion(
-    client: httpx.AsyncClient,
     url: str,
     body: dict[str, Any] | bytes,
     result: RequestResult,
     *,
     headers: dict[str, str] | None = None,
     on_event: OnEvent | None = None,
+    connect_timeout: float = 30.0,
 ) -> RequestResult:
     """POST url/v1/completions and fill `result` as tokens arrive.
 
@@ -125,35 +125,42 @@ async def stream_completion(
     if isinstance(body, dict):
         body = json.dumps({**body, "stream": True}).encode()
     send_headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", **(headers or {})}
+    decoder = SSEDecoder()
+    error_body: list[bytes] = []
     saw_done = False
+
+    def on_head(status: int) -> None:
+        result.http_status = status
+
+    def on_body(data: bytes, arrived: float) -> bool:
+        nonlocal saw_done
+        if result.http_status != 200:
+            error_body.append(data)
+            return False
+        for payload in decoder.feed(data):
+            if payload.strip() == "[DONE]":
+                saw_done = True
+                return True
+            _apply_event(result, payload, arrived, on_event)
+        return False
+
     result.sent_at = time.perf_counter()
     try:
-        async with client.stream("POST", f"{url}/v1/completions", content=body, headers=send_headers) as resp:
-            result.http_status = resp.status_code
-            if resp.status_code != 200:
-                raw = await resp.aread()
-                try:
-                    detail = _error_message(json.loads(raw))
-                except ValueError:
-                    detail = raw.decode("utf-8", errors="replace")[:300]
-                result.error = f"HTTP {resp.status_code}: {detail}"
-                return result
-            decoder = SSEDecoder()
-            async for chunk in resp.aiter_raw():
-                arrived = time.perf_counter()
-                for data in decoder.feed(chunk):
-                    if data.strip() == "[DONE]":
-                        saw_done = True
-                        break
-                    _apply_event(result, data, arrived, on_event)
-                if saw_done:
-                    break
-        if not saw_done and result.finish_reason is None and result.error is None:
+        stream = await post_stream(url, "/v1/completions", body, send_headers, on_body, on_head=on_head,
+                                   connect_timeout=connect_timeout)
+        if stream.status != 200:
+            raw = b"".join(error_body)
+            try:
+                detail = _error_message(json.loads(raw))
+            except ValueError:
+                detail = raw.decode("utf-8", errors="replace")[:300]
+            result.error = f"HTTP {stream.status}: {detail}"
+        elif not saw_done and result.finish_reason is None and result.error is None:
             result.error = "the stream ended without [DONE] or a finish_reason"
     except asyncio.CancelledError:
         result.ended_by = "cancelled"
         raise
-    except httpx.HTTPError as exc:
+    except (OSError, asyncio.TimeoutError, HTTPStreamError) as exc:
         result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     finally:
         result.ended_at = time.perf_counter()

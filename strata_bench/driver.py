@@ -147,7 +147,7 @@ async def _scenario(client: httpx.AsyncClient, url: str, ctx: RunContext, bodies
             await asyncio.sleep(delay_s)
         headers = {"X-Request-Id": f"{ctx.run_id}-{results[i].name}"}
         try:
-            await stream_completion(client, url, bodies[i], results[i], headers=headers, on_event=mark(results[i]))
+            await stream_completion(url, bodies[i], results[i], headers=headers, on_event=mark(results[i]))
         finally:
             first_token[results[i].name].set()  # an ended request no longer holds anyone up
 

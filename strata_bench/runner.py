@@ -6,7 +6,6 @@ leaves every finished run on disk; `resume` runs only what the directory does no
 """
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 import traceback
@@ -15,6 +14,7 @@ from typing import Any
 
 from .arms import Arm
 from .driver import RunContext, drive
+from .http_stream import run as run_stamped
 from .launcher import EngineProcess, LaunchError
 from .metrics import DEFAULT_PAUSE_THRESHOLD_S, compute_metrics
 from .order import RunKey, run_plan
@@ -151,12 +151,12 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
     try:
         if arm.is_url:
             record.update(url=arm.url, command=None)
-            run = asyncio.run(drive(arm.url, ctx))
+            run = run_stamped(drive(arm.url, ctx))
         else:
             engine = EngineProcess(arm, out.logs_dir / key.id)
             record.update(url=engine.url, command=engine.command, stderr=str(engine.stderr_path.relative_to(out.path)))
             record["health_s"] = round(engine.wait_healthy(config.health_timeout_s), 3)
-            run = asyncio.run(drive(engine.url, ctx, engine.exit_code))
+            run = run_stamped(drive(engine.url, ctx, engine.exit_code))
             code = _exit_code_after(engine, run)
             if code is not None:  # died mid-run: its requests' errors are the symptom, not the story
                 run["status"] = "failed"
