@@ -33,7 +33,7 @@ async def _stream(client, url: str, prompt: str, max_tokens: int) -> dict:
 
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
             "return_token_ids": True}
-    tokens, last = 0, None
+    tokens, first, last = 0, None, None
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -43,7 +43,8 @@ async def _stream(client, url: str, prompt: str, max_tokens: int) -> dict:
                 if n:
                     tokens += n
                     last = time.perf_counter()
-    return {"tokens": tokens, "last": last}
+                    first = first or last
+    return {"tokens": tokens, "first": first, "last": last}
 
 
 async def _client_round(job: dict) -> dict:
@@ -56,7 +57,8 @@ async def _client_round(job: dict) -> dict:
     tokens = sum(r["tokens"] for r in results)
     end = max(r["last"] for r in results)
     # A client process that is busy most of the run may itself be what limits the rate.
-    return {"tokens": tokens, "seconds": end - start, "client_cpu_share": (time.process_time() - cpu) / (end - start)}
+    return {"tokens": tokens, "seconds": end - start, "client_cpu_share": (time.process_time() - cpu) / (end - start),
+            "ttft_median": statistics.median(r["first"] - start for r in results)}
 
 
 def client_main() -> None:
@@ -72,11 +74,12 @@ def api_round(engine, prompts: list[str], max_tokens: int) -> dict:
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
     last = [0.0]
+    first: dict[int, float] = {}
     done = threading.Event()
     remaining = [len(prompts)]
     lock = threading.Lock()
 
-    def on_output(item) -> None:  # delivered on the engine thread, as the server's relay is
+    def on_output(item, i: int) -> None:  # delivered on the engine thread, as the server's relay is
         if hasattr(item, "completion"):
             with lock:
                 remaining[0] -= 1
@@ -84,12 +87,13 @@ def api_round(engine, prompts: list[str], max_tokens: int) -> dict:
                     done.set()
         else:
             last[0] = time.perf_counter()
+            first.setdefault(i, last[0])
 
     start = time.perf_counter()
-    handles = [engine.submit(p, params, on_output=on_output) for p in prompts]
+    handles = [engine.submit(p, params, on_output=lambda item, i=i: on_output(item, i)) for i, p in enumerate(prompts)]
     done.wait()
     tokens = sum(len(h.result().token_ids) for h in handles)
-    return {"tokens": tokens, "seconds": last[0] - start}
+    return {"tokens": tokens, "seconds": last[0] - start, "ttft_median": statistics.median(t - start for t in first.values())}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -123,7 +127,8 @@ def run(args: argparse.Namespace) -> dict:
                 runs.append(result)
                 busy = f", client process busy {result['client_cpu_share']:.0%}" if arm == "http" else ""
                 print(f"round {r} {arm:4s}: {result['tokens']} tokens in {result['seconds']:.3f} s = "
-                      f"{result['rate']:.0f} tok/s{busy}", file=sys.stderr)
+                      f"{result['rate']:.0f} tok/s, median TTFT {result['ttft_median'] * 1000:.0f} ms{busy}",
+                      file=sys.stderr)
     finally:
         client.stdin.close()
         client.wait(30)

@@ -99,7 +99,8 @@ class ServerState:
         self.draining = True
         for wake in list(self.wakers):
             wake.set()
-        log.warning("shutting down: %d request(s) in flight get %.1f s to finish", len(self.relays), timeout_s)
+        if self.relays:
+            log.warning("shutting down: %d request(s) in flight get %.1f s to finish", len(self.relays), timeout_s)
         if self.loop is None or timeout_s <= 0:
             self.cancel_all()
         else:

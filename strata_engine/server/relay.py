@@ -37,7 +37,10 @@ class Mailbox:
         self.items.append((relay, item))
         if not self.pending:
             self.pending = True
-            self.loop.call_soon_threadsafe(self._drain)
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the server's loop is closed: nobody is left to deliver to
+                pass
 
     def _drain(self) -> None:  # event loop
         self.pending = False  # before popping: an item posted from now on schedules its own drain

@@ -53,7 +53,9 @@ async def completions(request: Request) -> Response:
     state.check_model(req.model)
     engine = state.require_engine()
     max_tokens = req.max_tokens
-    if max_tokens is None:  # explicit null: until the context is full
+    if "max_tokens" not in req.model_fields_set:  # OpenAI's default of 16, within a tiny context too
+        max_tokens = min(16, engine.ctx)
+    elif max_tokens is None:  # explicit null: until the context is full
         max_tokens = max(1, engine.ctx - _prompt_len(engine, req.prompt))
     check_max_tokens(max_tokens, engine.ctx)
     params = _params(req, max_tokens, req.logprobs)

@@ -99,6 +99,15 @@ def test_signal_ends_streams_cleanly_exits_0_and_releases_the_port(sig):
             threading.Thread(target=read_stream, args=(server.url, {**body, "prompt": "short", "max_tokens": 60},
                                                        short_out, short_started)),
         ]
+        follow_out: dict = {}
+
+        def follow() -> None:
+            with httpx.stream("GET", server.url + "/v1/events?follow=1", timeout=60) as r:
+                follow_out["lines"] = sum(1 for _ in r.iter_lines())
+            follow_out["ended"] = True
+
+        readers.append(threading.Thread(target=follow))
+        readers[2].start()
         readers[0].start()
         assert long_started.wait(30)
         readers[1].start()
@@ -109,6 +118,7 @@ def test_signal_ends_streams_cleanly_exits_0_and_releases_the_port(sig):
         # Within the drain time the short stream finishes normally; the long one is cancelled at the end of it.
         assert short_out == {"status": 200, "tokens": 60, "finish": "length", "done": True}, short_out
         assert long_out["done"] and long_out["finish"] == "cancelled" and 3 <= long_out["tokens"] < 8000, long_out
+        assert follow_out["ended"] and follow_out["lines"] > 0  # the event feed ends with the server
         assert port_is_free(server.port)
         assert server.proc.stdout.read() == ""  # stdout carries the ready line only
 
