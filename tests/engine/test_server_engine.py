@@ -1,6 +1,6 @@
 """The HTTP API over the real Engine: the simulated executor (fast, deterministic, no weights) for the
-openai-client round trips, 32 streams on 4 slots and disconnects; the torch executor on the tiny model
-for greedy equality with the Python API (skipped, with the reason, while the model is not shipped)."""
+openai-client round trips, 32 streams on 4 slots and disconnects; the torch executor for greedy equality
+with the Python API, on a tiny random MoE checkpoint now and on the shipped tiny model once it exists."""
 from __future__ import annotations
 
 import asyncio
@@ -120,26 +120,50 @@ def test_a_disconnect_mid_stream_stops_the_request_and_frees_its_slot(sim, sim_u
     assert "strata_slots_busy 0.0" in metrics
 
 
-def _tiny_model_or_skip():
+@pytest.fixture(scope="module")
+def random_moe_dir(tmp_path_factory):
+    """A tiny random qwen2_moe checkpoint with a byte-sized vocabulary (bytes, <bos>, <eos>), so text
+    prompts work through the byte tokenizer; built with transformers like the model tests' checkpoints."""
+    from helpers import COMMON, INIT_RANGE
+    from transformers import AutoModelForCausalLM, Qwen2MoeConfig
+
+    config = Qwen2MoeConfig(**{**COMMON, "vocab_size": 258, "max_position_embeddings": 512}, num_experts=4,
+                            num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                            initializer_range=INIT_RANGE)
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("random_moe")
+    AutoModelForCausalLM.from_config(config).save_pretrained(directory)
+    return str(directory)
+
+
+def _shipped_tiny_model() -> str:
     try:
         from strata_engine.model.weights import resolve_model_path
 
         resolve_model_path("strata-tiny-moe")
     except Exception as err:  # noqa: BLE001 - any failure to find the weights means: not shipped yet
         pytest.skip(f"the default tiny model is not shipped yet ({err})")
+    return "strata-tiny-moe"
 
 
-def test_greedy_over_http_equals_the_python_api_on_the_torch_engine():
-    _tiny_model_or_skip()
-    engine = Engine.from_pretrained("strata-tiny-moe", executor="torch", batch=2, ctx=512, prefill_chunk=16,
-                                    log_events=False)
+@pytest.mark.parametrize("which", ["random-moe", "strata-tiny-moe"])
+def test_greedy_over_http_equals_the_python_api_on_the_torch_engine(which, request):
+    model = request.getfixturevalue("random_moe_dir") if which == "random-moe" else _shipped_tiny_model()
+    engine = Engine.from_pretrained(model, executor="torch", batch=2, ctx=256, prefill_chunk=8, log_events=False)
     prompts = ["The quick brown fox", "def add(a, b):", [1, 2, 3, 4, 5]]
     with engine, serving(engine) as (url, _app):
-        want = engine.generate(prompts, SamplingParams(max_tokens=16, **GREEDY))
+        want = engine.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
         for prompt, expect in zip(prompts, want):
-            got = client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=16, temperature=0,
+            got = client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12, temperature=0,
                                             extra_body={"ignore_eos": True, "return_token_ids": True})
             ids = got.choices[0].model_extra["token_ids"]
             assert ids == expect.token_ids, f"{prompt!r}: {first_difference(ids, expect.token_ids)}"
             assert got.choices[0].text == expect.text
+            chunks = list(client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12,
+                                                    temperature=0, stream=True,
+                                                    extra_body={"ignore_eos": True, "return_token_ids": True}))
+            streamed = [t for c in chunks if c.choices for t in c.choices[0].model_extra["token_ids"]]
+            assert streamed == expect.token_ids, f"{prompt!r} streamed: {first_difference(streamed, expect.token_ids)}"
+            assert "".join(c.choices[0].text for c in chunks if c.choices) == expect.text
