@@ -29,7 +29,7 @@ def bench_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by run, preset and demo."""
     options = [
         click.option("--repeat", type=click.IntRange(min=1), help="rounds: every arm runs every scenario once a round"),
-        click.option("--scale", type=click.FloatRange(min=0, min_open=True), help="multiply every prompt length and delay"),
+        click.option("--scale", type=click.FloatRange(min=0, min_open=True), help="multiply every length and delay (prompts, streams' decode, joiners' delays)"),
         click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="bench directory (default bench-out/NAME-DATE)"),
         click.option("--resume", is_flag=True, help="continue an interrupted bench in --out: run only what is missing"),
         click.option("--pause-threshold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="seconds; gaps strictly over it count as pauses"),

@@ -43,9 +43,12 @@ def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]
             MetricSpec("total_paused_s", "total time paused per stream", "s", "lower"),
             MetricSpec("tokens_meanwhile", "tokens the streams got meanwhile", "tok", "higher"),
         ]
+    scaled = scenario.get("scale", 1.0) != 1.0
     for r in requests:
         if r["role"] == "joiner":
-            specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}: TTFT", "s", "lower"))
+            # a scaled run keeps the full-size wording ("the 64K prompt") and says what it really sent
+            size = f" ({r['prompt_tokens']} tokens at this scale)" if scaled else ""
+            specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}{size}: TTFT", "s", "lower"))
     specs.append(MetricSpec("token_rate", "token rate of the run", "tok/s", "higher"))
     specs += [
         MetricSpec("itl_p50_ms", "inter-token latency p50", "ms", "lower"),

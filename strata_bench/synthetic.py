@@ -205,6 +205,22 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
     return Starlette(routes=routes)
 
 
+_HELP = {
+    "itl_ms": "ms between a stream's events", "pack": "tokens per SSE event",
+    "read_ms_per_token": "prompt read time per token (reads go one at a time)",
+    "mode": "release: streams stop for a whole read; pieces: per piece; free: never",
+    "piece_tokens": "pieces mode: tokens per piece", "piece_decode_ms": "pieces mode: decode time between pieces",
+    "vocab_size": "token ids are below this", "ctx": "context reported by /v1/engine and /v1/models",
+    "batch": "slots reported by /v1/engine", "token_ids": "false: a plain OpenAI server (text only, no /v1/engine)",
+    "fail_match": "requests whose X-Request-Id contains this fail",
+    "fail_after_tokens": "0: HTTP 500 up front; k: an error event after k tokens",
+    "stall_after_tokens": "every request pauses once after this many tokens", "stall_s": "for this long",
+    "perturb_match": "requests whose X-Request-Id contains this get other tokens", "perturb_from": "from this index",
+    "die_after_s": "exit(3) this long after the first completion request",
+    "health_delay_s": "/health answers 503 for this long after start",
+}
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, SyntheticConfig]:
     parser = argparse.ArgumentParser(prog="python -m strata_bench.synthetic", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -213,9 +229,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
     for name, value in vars(defaults).items():
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value)
+            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value,
+                                help=f"{_HELP[name]} (default {value})")
         else:
-            parser.add_argument(flag, type=type(value), default=value)
+            parser.add_argument(flag, type=type(value), default=value, help=f"{_HELP[name]} (default {value})")
     args = parser.parse_args(argv)
     fields = {k: getattr(args, k) for k in vars(defaults)}
     try:
