@@ -178,9 +178,13 @@ def _config(arm_texts: tuple[str, ...], scenario_list: str | None, preset_name: 
 
 def _resumed_config(out: Path) -> BenchConfig:
     try:
-        return BenchConfig.from_dict(ResultsDir(out).read_meta()["config"])
-    except (ResultsError, KeyError, ValueError) as exc:
-        raise click.UsageError(f"--resume: cannot read the bench in {out}: {exc}") from None
+        config = BenchConfig.from_dict(ResultsDir(out).read_meta()["config"])
+        for arm in config.arms:
+            if arm.is_url:
+                check_url(arm)
+    except (ResultsError, KeyError, ValueError, LaunchError) as exc:
+        raise click.UsageError(f"--resume: cannot continue the bench in {out}: {exc}") from None
+    return config
 
 
 def _execute(config: BenchConfig, opts: dict[str, Any]) -> int:

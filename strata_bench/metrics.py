@@ -8,7 +8,8 @@ Definitions (docs/BENCH.md):
 - tokens meanwhile: stream tokens arriving after the first joiner's send, up to and including the last
   joiner's first token (or its end, if it failed);
 - TTFT of each joiner; token rate: every token of the run over (last token - first send);
-- inter-token latency p50/p99/max over the streams' gaps between tokens (all requests' when no streams);
+- inter-token latency p50/p99/max over the streams' gaps between tokens;
+  (token rate and latency only for scenarios with streams: otherwise a run is a few joiner tokens)
 - engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops.
 Times in the JSON are wall seconds; a run made at `time_scale` T is reported in modelled seconds (x T).
 """
@@ -49,12 +50,13 @@ def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]
             # a scaled run keeps the full-size wording ("the 64K prompt") and says what it really sent
             size = f" ({r['prompt_tokens']} tokens at this scale)" if scaled else ""
             specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}{size}: TTFT", "s", "lower"))
-    specs.append(MetricSpec("token_rate", "token rate of the run", "tok/s", "higher"))
-    specs += [
-        MetricSpec("itl_p50_ms", "inter-token latency p50", "ms", "lower"),
-        MetricSpec("itl_p99_ms", "inter-token latency p99", "ms", "lower"),
-        MetricSpec("itl_max_ms", "inter-token latency max", "ms", "lower"),
-    ]
+    if has_streams:  # without streams a run is a few joiner tokens: no rate or latency worth a row
+        specs += [
+            MetricSpec("token_rate", "token rate of the run", "tok/s", "higher"),
+            MetricSpec("itl_p50_ms", "inter-token latency p50", "ms", "lower"),
+            MetricSpec("itl_p99_ms", "inter-token latency p99", "ms", "lower"),
+            MetricSpec("itl_max_ms", "inter-token latency max", "ms", "lower"),
+        ]
     if has_events:
         specs += [MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS]
     return specs
@@ -102,11 +104,11 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
     for j in joiners:
         out[f"ttft_s.{j['name']}"] = ttft(j, scale)
 
-    out["token_rate"] = _token_rate(requests, scale)
-    itl_source = streams or requests
-    gaps = [g for r in itl_source for g in token_gaps(r, scale)]
-    for key, q in (("itl_p50_ms", 50), ("itl_p99_ms", 99), ("itl_max_ms", 100)):
-        out[key] = float(np.percentile(gaps, q)) * 1000.0 if gaps else None
+    if streams:
+        out["token_rate"] = _token_rate(requests, scale)
+        gaps = [g for r in streams for g in token_gaps(r, scale)]
+        for key, q in (("itl_p50_ms", 50), ("itl_p99_ms", 99), ("itl_max_ms", 100)):
+            out[key] = float(np.percentile(gaps, q)) * 1000.0 if gaps else None
 
     events = run.get("engine_events")
     if events is not None:

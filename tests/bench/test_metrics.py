@@ -89,10 +89,11 @@ def test_time_scale_reports_modelled_seconds():
     assert m["token_rate"] == pytest.approx(3 / 1.1)
 
 
-def test_no_streams_no_stream_metrics_and_itl_from_all_requests():
+def test_no_streams_only_ttft():
     j = req("j", "joiner", [1.0, 1.2, 1.4], sent=0.0)
-    m = compute_metrics(run(j))
-    assert "longest_pause_s" not in m and m["itl_p50_ms"] == pytest.approx(200.0)
+    assert compute_metrics(run(j)) == {"ttft_s.j": 1.0}
+    specs = metric_specs({"requests": [{"name": "j", "role": "joiner"}]}, has_events=False)
+    assert [s.key for s in specs] == ["ttft_s.j"]
 
 
 def test_engine_events_are_counted_only_when_exposed():
