@@ -1,16 +1,17 @@
 """Metrics of one run, computed from its raw JSON (per-token arrival times), never from live state.
 
-Definitions (docs/BENCH.md):
+Definitions (docs/BENCH.md). Stream figures count from the run's anchor (every stream decoding, plus
+settle_s): the streams' own setup reads before it are not the join being measured.
 - a stream's gaps: the time between consecutive tokens, plus, when it did not finish on its own (closed
   by the bench after the tail, an error), the open gap from its last token to its end;
 - longest pause: the largest gap of any stream; total time paused: per stream the sum of gaps strictly
   over the threshold (a gap exactly at it does not count), mean over the streams;
 - tokens meanwhile: stream tokens arriving after the first joiner's send, up to and including the last
   joiner's first token (or its end, if it failed);
-- TTFT of each joiner; token rate: every token of the run over (last token - first send);
+- TTFT of each joiner; token rate: every token after the anchor over (last token - anchor);
 - inter-token latency p50/p99/max over the streams' gaps between tokens;
   (token rate and latency only for scenarios with streams: otherwise a run is a few joiner tokens)
-- engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops.
+- engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops (not the streams').
 Times in the JSON are wall seconds; a run made at `time_scale` T is reported in modelled seconds (x T).
 """
 from __future__ import annotations
@@ -62,20 +63,32 @@ def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]
     return specs
 
 
-def token_gaps(request: dict[str, Any], scale: float = 1.0) -> list[float]:
-    """Gaps between consecutive tokens (k tokens of one event give k-1 zero gaps)."""
-    times = request.get("token_times") or []
-    return [(b - a) * scale for a, b in zip(times, times[1:])]
-
-
-def pause_gaps(request: dict[str, Any], scale: float = 1.0) -> list[float]:
-    """token_gaps plus the open gap to the request's end when it did not finish on its own."""
-    gaps = token_gaps(request, scale)
-    times = request.get("token_times") or []
+def _spans(request: dict[str, Any], since: float | None, open_end: bool) -> list[tuple[float, float]]:
+    """(earlier, later) arrival times of consecutive tokens, in wall seconds, whose later end is after
+    `since` (the run's anchor: the streams' own setup reads are not the join being measured); with
+    `open_end`, plus the gap from the last token to the request's end when it did not finish on its own."""
+    times = list(request.get("token_times") or [])
     ended = request.get("ended_at")
-    if times and ended is not None and request.get("ended_by") != "finished" and ended > times[-1]:
-        gaps.append((ended - times[-1]) * scale)
-    return gaps
+    if open_end and times and ended is not None and request.get("ended_by") != "finished" and ended > times[-1]:
+        times.append(ended)
+    spans = list(zip(times, times[1:]))
+    return spans if since is None else [(a, b) for a, b in spans if b > since]
+
+
+def token_gaps(request: dict[str, Any], scale: float = 1.0, since: float | None = None) -> list[float]:
+    """Gaps between consecutive tokens (k tokens of one event give k-1 zero gaps)."""
+    return [(b - a) * scale for a, b in _spans(request, since, open_end=False)]
+
+
+def pause_gaps(request: dict[str, Any], scale: float = 1.0, since: float | None = None) -> list[float]:
+    """token_gaps plus the open gap to the request's end when it did not finish on its own."""
+    return [(b - a) * scale for a, b in _spans(request, since, open_end=True)]
+
+
+def pauses_over(request: dict[str, Any], threshold_s: float, scale: float = 1.0,
+                since: float | None = None) -> list[tuple[float, float]]:
+    """(start, end) in the run's wall seconds of every gap over the threshold: what the plot marks."""
+    return [(a, b) for a, b in _spans(request, since, open_end=True) if (b - a) * scale > threshold_s]
 
 
 def ttft(request: dict[str, Any], scale: float = 1.0) -> float | None:
@@ -95,8 +108,9 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
     joiners = [r for r in requests if r["role"] == "joiner"]
     out: dict[str, float | None] = {}
 
+    since = run.get("anchor_at") if streams else None
     if streams:
-        per_stream = [pause_gaps(s, scale) for s in streams if s.get("token_times")]
+        per_stream = [pause_gaps(s, scale, since) for s in streams if s.get("token_times")]
         out["longest_pause_s"] = max((max(g) for g in per_stream if g), default=None)
         totals = [sum(x for x in g if x > threshold_s) for g in per_stream]
         out["total_paused_s"] = float(np.mean(totals)) if totals else None
@@ -105,15 +119,18 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
         out[f"ttft_s.{j['name']}"] = ttft(j, scale)
 
     if streams:
-        out["token_rate"] = _token_rate(requests, scale)
-        gaps = [g for r in streams for g in token_gaps(r, scale)]
+        out["token_rate"] = _token_rate(requests, scale, since)
+        gaps = [g for r in streams for g in token_gaps(r, scale, since)]
         for key, q in (("itl_p50_ms", 50), ("itl_p99_ms", 99), ("itl_max_ms", 100)):
             out[key] = float(np.percentile(gaps, q)) * 1000.0 if gaps else None
 
     events = run.get("engine_events")
     if events is not None:
+        # the streams' own reads are setup; count what the joiners' reads did (ids: <run id>-<request>)
+        setup = {f"{run.get('id')}-{s['name']}" for s in streams}
+        counted = [e for e in events if e.get("request_id") not in setup]
         for key, kind, _ in EVENT_COUNTS:
-            out[key] = float(sum(1 for e in events if e.get("kind") == kind))
+            out[key] = float(sum(1 for e in counted if e.get("kind") == kind))
     return out
 
 
@@ -127,19 +144,11 @@ def _tokens_meanwhile(streams: list[dict[str, Any]], joiners: list[dict[str, Any
     return float(sum(1 for s in streams for t in (s.get("token_times") or []) if start < t <= end))
 
 
-def _token_rate(requests: list[dict[str, Any]], scale: float) -> float | None:
-    times = [t for r in requests for t in (r.get("token_times") or [])]
+def _token_rate(requests: list[dict[str, Any]], scale: float, since: float | None) -> float | None:
+    """Tokens over (last token - start), start = the anchor, or the first send without one."""
+    times = [t for r in requests for t in (r.get("token_times") or []) if since is None or t > since]
     sends = [r["sent_at"] for r in requests if r.get("sent_at") is not None]
-    if not times or not sends:
+    if not times or (since is None and not sends):
         return None
-    span = (max(times) - min(sends)) * scale
+    span = (max(times) - (since if since is not None else min(sends))) * scale
     return len(times) / span if span > 0 else None
-
-
-def pauses_over(request: dict[str, Any], threshold_s: float, scale: float = 1.0) -> list[tuple[float, float]]:
-    """(start, end) in the run's wall seconds of every gap over the threshold: what the plot marks."""
-    times = list(request.get("token_times") or [])
-    ended = request.get("ended_at")
-    if times and ended is not None and request.get("ended_by") != "finished" and ended > times[-1]:
-        times.append(ended)
-    return [(a, b) for a, b in zip(times, times[1:]) if (b - a) * scale > threshold_s]

@@ -1,7 +1,8 @@
 """Plots: each run's token timeline, one row per request, from the bench directory's JSON alone.
 
-Every token is a tick at its arrival; a gap over the pause threshold is a red bar; a joiner's read (sent
-to first token) is shaded across the whole figure. Per scenario and round, one figure stacks the arms'
+Every token is a tick at its arrival; a gap over the pause threshold is a red bar (grey before the
+anchor, where the streams' own reads are setup, not measured); a joiner's read (sent to first token) is
+shaded across the whole figure; a dashed line marks the anchor. Per scenario and round, one figure stacks the arms'
 timelines on a shared time axis, which is the picture a PR shows. matplotlib with the Agg backend.
 """
 from __future__ import annotations
@@ -25,6 +26,9 @@ def draw_run(ax: Any, run: dict[str, Any], threshold_s: float) -> None:
     scale = float(run.get("time_scale") or 1.0)
     requests = run.get("requests") or []
     rows = [r for r in requests if r["role"] == "stream"] + [r for r in requests if r["role"] == "joiner"]
+    anchor = run.get("anchor_at") if any(r["role"] == "stream" for r in requests) else None
+    if anchor is not None:
+        ax.axvline(anchor * scale, color="#6c757d", ls="--", lw=0.8, label="measuring starts (streams decoding)")
     colour = {}
     for i, joiner in enumerate(r for r in rows if r["role"] == "joiner"):
         colour[joiner["name"]] = _JOINER_COLOURS[i % len(_JOINER_COLOURS)]
@@ -36,8 +40,11 @@ def draw_run(ax: Any, run: dict[str, Any], threshold_s: float) -> None:
         times = [t * scale for t in req.get("token_times") or []]
         if times:
             ax.plot(times, [y] * len(times), "|", ms=7, mew=0.8, color=colour.get(req["name"], "#264653"))
+        measured = pauses_over(req, threshold_s, scale, since=anchor)
         for a, b in pauses_over(req, threshold_s, scale):
-            ax.plot([a * scale, b * scale], [y, y], "-", lw=3.5, color="#d62828", alpha=0.75, solid_capstyle="butt")
+            # pauses before the anchor (the streams' own reads) are setup: grey, not counted
+            colour_pause = "#d62828" if (a, b) in measured else "#adb5bd"
+            ax.plot([a * scale, b * scale], [y, y], "-", lw=3.5, color=colour_pause, alpha=0.75, solid_capstyle="butt")
         if req.get("error"):
             ax.plot([(req.get("ended_at") or 0) * scale], [y], "x", ms=9, color="#d62828")
     ax.set_yticks(range(len(rows)), [r["name"] for r in rows], fontsize=8)
@@ -58,8 +65,8 @@ def _finish(fig: Any, axes: list[Any], run: dict[str, Any], threshold_s: float, 
     axes[-1].set_xlabel(f"time since the run's start ({unit}); red: gaps over {threshold_s:g} s")
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
-        axes[0].legend(handles, labels, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=4, frameon=False)
-    fig.tight_layout()
+        fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(handles), frameon=False)
+    fig.tight_layout(rect=(0, 0.03 if handles else 0, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -115,3 +115,24 @@ def test_metric_rows_follow_the_scenario():
     assert "pieces" in keys
     labels = [s.label for s in metric_specs(scenario, has_events=False)]
     assert "the 64K prompt: TTFT" in labels and "read pieces" not in labels
+
+
+def test_stream_figures_count_from_the_anchor():
+    # a 2 s gap during setup (another stream's read, before the anchor at 2.5) is not the join being measured
+    stream = req("s0", "stream", [0.0, 2.0, 2.1, 2.2, 3.0, 3.1], sent=0.0)
+    joiner = req("j", "joiner", [3.0], sent=2.5)
+    r = {**run(stream, joiner), "anchor_at": 2.5, "id": "r00-x-a"}
+    m = compute_metrics(r)
+    assert m["longest_pause_s"] == pytest.approx(0.8) and m["total_paused_s"] == pytest.approx(0.8)
+    assert m["itl_max_ms"] == pytest.approx(800.0)  # 2.2 -> 3.0 ends after the anchor: it counts
+    assert m["token_rate"] == pytest.approx(3 / (3.1 - 2.5))  # tokens at 3.0, 3.0 (joiner), 3.1
+    assert pauses_over(stream, 0.5, since=2.5) == [(2.2, 3.0)]
+    assert compute_metrics({**r, "anchor_at": None})["longest_pause_s"] == pytest.approx(2.0)
+
+
+def test_events_of_the_streams_own_reads_are_not_counted():
+    events = [{"kind": "PIECE", "request_id": "r00-x-a-s0"}, {"kind": "PIECE", "request_id": "r00-x-a-j"},
+              {"kind": "LEADIN", "request_id": "r00-x-a-j"}, {"kind": "YIELDED", "request_id": None}]
+    r = {**run(req("s0", "stream", [0, 1]), req("j", "joiner", [1], sent=0.5), events=events), "id": "r00-x-a"}
+    m = compute_metrics(r)
+    assert (m["pieces"], m["lead_ins"], m["give_ways"]) == (1, 1, 1)
