@@ -20,31 +20,17 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import time
 
-import httpx
 import numpy as np
 
 from strata_bench.client import RequestResult, stream_completion
 from strata_bench.http_stream import run
-from strata_bench.launcher import free_port
+from strata_bench.synthetic import spawn
 
 
 def start_server(itl_ms: float, pack: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), "--mode", "free",
-                             "--read-ms-per-token", "0", "--itl-ms", str(itl_ms), "--pack", str(pack)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the synthetic server did not start")
+    return spawn("--mode", "free", "--read-ms-per-token", "0", "--itl-ms", str(itl_ms), "--pack", str(pack))
 
 
 async def measure(url: str, streams: int, tokens: int) -> list[list[tuple[float, float]]]:

@@ -53,22 +53,27 @@ async def probe_server(client: httpx.AsyncClient, url: str) -> ServerInfo:
 
 async def event_index(client: httpx.AsyncClient, url: str) -> int | None:
     """The next event index (where this run's events will start); None if the server has no event feed."""
-    # Ask from far ahead: the answer is empty and its header names the next index, without
-    # shipping a long-lived server's whole history.
-    try:
-        resp = await client.get(f"{url}/v1/events", params={"since": _FAR_AHEAD}, timeout=10.0)
-    except httpx.HTTPError:
+    # Ask from far ahead: the answer is empty and its header names the next index, without shipping a
+    # long-lived server's whole history; a server without the header is asked for everything and counted.
+    ahead = await _events(client, url, _FAR_AHEAD)
+    if ahead is None:
         return None
-    if resp.status_code != 200:
-        return None
-    header = resp.headers.get("X-Strata-Next-Index", "")
-    if header.isdigit():
-        return int(header)
-    fetched = await fetch_events(client, url, 0)
-    return None if fetched is None else fetched[1]
+    if ahead[1] is not None:
+        return ahead[1]
+    everything = await _events(client, url, 0)
+    return None if everything is None else len(everything[0])
 
 
 async def fetch_events(client: httpx.AsyncClient, url: str, since: int) -> tuple[list[dict[str, Any]], int] | None:
+    """Events with index >= since and the next index to ask for; None without an event feed."""
+    got = await _events(client, url, since)
+    if got is None:
+        return None
+    events, next_index = got
+    return events, since + len(events) if next_index is None else next_index
+
+
+async def _events(client: httpx.AsyncClient, url: str, since: int) -> tuple[list[dict[str, Any]], int | None] | None:
     try:
         resp = await client.get(f"{url}/v1/events", params={"since": since}, timeout=10.0)
     except httpx.HTTPError:
@@ -82,9 +87,8 @@ async def fetch_events(client: httpx.AsyncClient, url: str, since: int) -> tuple
                 events.append(json.loads(line))
             except ValueError:
                 continue
-    header = resp.headers.get("X-Strata-Next-Index")
-    next_index = int(header) if header and header.isdigit() else since + len(events)
-    return events, next_index
+    header = resp.headers.get("X-Strata-Next-Index", "")
+    return events, (int(header) if header.isdigit() else None)
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> Any:

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -240,6 +241,29 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
     except ValueError as exc:
         parser.error(str(exc))
         raise
+
+
+def spawn(*flags: str, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server in a subprocess on a free port; (process, URL) once /health answers 200."""
+    import httpx
+
+    from .launcher import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the synthetic server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,34 +5,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from strata_bench.launcher import free_port
+from strata_bench.synthetic import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = str(Path(sys.executable).parent / "strata-bench")
-
-
-def start_synthetic(*flags: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"synthetic server exited: {proc.stderr.read().decode()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("synthetic server never became healthy")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -50,7 +30,7 @@ def synthetic():
     procs = []
 
     def make(*flags: str) -> str:
-        proc, url = start_synthetic(*flags)
+        proc, url = spawn(*flags)
         procs.append(proc)
         return url
 

@@ -1,6 +1,5 @@
 """The console script in a subprocess: bad input, the whole pipeline on synthetic arms, resume, failing arms."""
 import json
-import os
 import signal
 import subprocess
 import time

@@ -2,7 +2,6 @@
 import asyncio
 
 import httpx
-import pytest
 
 from strata_bench.client import RequestResult, SSEDecoder, choice_tokens, stream_completion
 from strata_bench.launcher import free_port
