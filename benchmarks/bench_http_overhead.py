@@ -29,8 +29,6 @@ TARGET = 0.90
 
 # ---- the client process --------------------------------------------------------------------------
 async def _stream(client, url: str, prompt: str, max_tokens: int) -> dict:
-    import httpx  # noqa: F401 - the client process's only dependency
-
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
             "return_token_ids": True}
     tokens, first, last = 0, None, None

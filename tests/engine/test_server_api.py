@@ -4,8 +4,6 @@ metrics, disconnects. The same checks against the real engine are in test_server
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 
@@ -13,10 +11,9 @@ import httpx
 import openai
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from fake_engine import FakeEngine, serving  # noqa: E402
+from fake_engine import FakeEngine, serving
 
-from strata_engine.sampling import SamplingParams  # noqa: E402
+from strata_engine.sampling import SamplingParams
 
 M = "fake-tiny"
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 
 import httpx
 import openai
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from fake_engine import serving  # noqa: E402
+from fake_engine import serving
 
-from strata_engine.sampling import SamplingParams  # noqa: E402
+from strata_engine.sampling import SamplingParams
 
 engine_mod = pytest.importorskip("strata_engine.engine", reason="strata_engine.engine does not import yet")
 Engine = engine_mod.Engine

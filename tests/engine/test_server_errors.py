@@ -2,15 +2,12 @@
 500 for it alone; api keys; health while loading. Fake engine behind a real uvicorn server."""
 from __future__ import annotations
 
-import os
-import sys
 import threading
 
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from fake_engine import FakeEngine, serving  # noqa: E402
+from fake_engine import FakeEngine, serving
 
 LIMIT = 16 * 1024
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from fake_engine import FakeEngine, serving  # noqa: E402
+from fake_engine import FakeEngine, serving
 
-from strata_engine.sampling import SamplingParams  # noqa: E402
+from strata_engine.sampling import SamplingParams
 
 
 def wait_for(predicate, timeout=10.0, what="condition"):
