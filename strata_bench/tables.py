@@ -85,7 +85,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         if lines:
             out += [""] + lines
         out += _problems(scenario, arms)
-        out += ["", f"### {scenario['name']}: run-to-run spread", "", _spread_table(scenario, arms, repeat)]
+        if any(v is not None for m in scenario["metrics"] for vs in m["values"].values() for v in vs):
+            out += ["", f"### {scenario['name']}: run-to-run spread", "", _spread_table(scenario, arms, repeat)]
     if report.get("tokens"):
         out += ["", report["tokens"]["summary"]]
     else:
