@@ -37,12 +37,10 @@ class RunContext:
 
 async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
     """Run the scenario; never raises for a failed run (status 'failed' with the reason) except on cancel."""
-    limits = httpx.Limits(max_connections=len(ctx.scenario.requests) + 8, max_keepalive_connections=8)
-    timeout = httpx.Timeout(connect=30.0, read=None, write=120.0, pool=None)
     origin = time.perf_counter()
     run: dict[str, Any] = {"id": ctx.run_id, "time_scale": ctx.time_scale, "warnings": [], "engine_events": None}
     results: list[RequestResult] = []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with httpx.AsyncClient(timeout=30.0) as client:  # probes and the event feed; streams: client.py
         info = await probe_server(client, url)
         run["server"] = info.to_dict()
         run["prompt_mode"] = info.prompt_mode
@@ -52,7 +50,7 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
             results = [RequestResult(name=s.name, role=s.role, prompt_tokens=s.prompt_tokens, prompt_sha256=digest)
                        for s, (_, digest) in zip(ctx.scenario.requests, bodies)]
             origin = time.perf_counter()
-            await _race(_scenario(client, url, ctx, [b for b, _ in bodies], results, run), exit_code, ctx.run_timeout_s)
+            await _race(_scenario(url, ctx, [b for b, _ in bodies], results, run), exit_code, ctx.run_timeout_s)
             run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
         except RunFailed as exc:
             run["status"], run["failure"] = "failed", str(exc)
@@ -131,8 +129,8 @@ def _fit(spec: RequestSpec, info: ServerInfo, warnings: list[str]) -> int:
     return min(spec.max_tokens, room)
 
 
-async def _scenario(client: httpx.AsyncClient, url: str, ctx: RunContext, bodies: list[bytes],
-                    results: list[RequestResult], run: dict[str, Any]) -> None:
+async def _scenario(url: str, ctx: RunContext, bodies: list[bytes], results: list[RequestResult],
+                    run: dict[str, Any]) -> None:
     scenario, wall = ctx.scenario, 1.0 / ctx.time_scale
     first_token = {r.name: asyncio.Event() for r in results}
 
