@@ -87,8 +87,10 @@ def demo(**opts: Any) -> None:
     """The README's main job: release vs pieces on the embedded model (CPU, two stages, two groups)."""
     config = _config((), None, "demo", None, False, opts)
     code = _execute(config, {**opts, "no_report": True})
+    if code == 130:  # interrupted: the runs so far are saved, say nothing more
+        sys.exit(code)
     results = ResultsDir(opts["out"])
-    from .plot import plot_dir
+    from .plot import plot_dir  # matplotlib takes a second to import: only where a plot is drawn
 
     click.echo(render(build_report(results), "md"))
     paths = [p for p in plot_dir(results) if p.name.endswith("-arms.png")]
