@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kv_cache import KVCache, LayerKV
+from .attention import attend_row
 from .config import ModelConfig
 
 
@@ -51,12 +52,12 @@ class Rotary(nn.Module):
         return self
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, hd/2] (angles in float32, then the model dtype)."""
-        angles = positions[:, None, :, None].float() * self.inv_freq
+        """positions [B, T] -> cos, sin [B, T, 1, hd/2] (angles in float32, then the model dtype)."""
+        angles = positions[:, :, None, None].float() * self.inv_freq
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [B, heads, T, hd]; rotate the pairs (i, i + hd/2) as HF's rotate_half does
+        # x: [B, T, heads, hd]; rotate the pairs (i, i + hd/2) as HF's rotate_half does
         x1, x2 = x[..., : self.head_dim // 2], x[..., self.head_dim // 2 :]
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -77,17 +78,15 @@ class Attention(nn.Module):
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [B, T, D] -> q [B, H, T, hd], k and v [B, Hkv, T, hd], rotary applied to q and k."""
         batch, tokens, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(
-            [self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim], dim=-1
-        )
-        q = q.view(batch, tokens, self.num_heads, self.head_dim)
-        k = k.view(batch, tokens, self.num_kv_heads, self.head_dim)
+        heads, qk_heads = self.num_heads, self.num_heads + self.num_kv_heads
+        qkv = self.qkv_proj(x).view(batch, tokens, qk_heads + self.num_kv_heads, self.head_dim)
+        qk, v = qkv[:, :, :qk_heads], qkv[:, :, qk_heads:]  # q and k heads side by side: norm and rotate them at once
         if self.q_norm is not None:  # qwen3: normalise each head before the rotation
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = v.view(batch, tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.rotary.angles(positions, q.dtype)
-        return self.rotary(q, cos, sin), self.rotary(k, cos, sin), v
+            scale = torch.cat([self.q_norm.weight.expand(heads, -1), self.k_norm.weight.expand(self.num_kv_heads, -1)])
+            qk = F.rms_norm(qk.float(), (self.head_dim,), eps=self.q_norm.eps).to(qk.dtype) * scale
+        cos, sin = self.rotary.angles(positions, qk.dtype)  # [B, T, 1, hd/2]
+        qk = self.rotary(qk, cos, sin).transpose(1, 2)  # [B, H + Hkv, T, hd]
+        return qk[:, :heads], qk[:, heads:], v.transpose(1, 2)
 
     def output(self, o: torch.Tensor) -> torch.Tensor:
         """o: [B, H, T, hd] -> [B, T, D]."""
@@ -96,20 +95,21 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: LayerKV, slots: torch.Tensor) -> torch.Tensor:
         q, k, v = self.project(x, positions)
-        # One host sync per call: the slot ids and each row's last position decide the key range to read.
-        bounds = torch.stack([slots, positions.min(dim=1).values, positions.max(dim=1).values], dim=1).tolist()
-        kv.check(bounds)
+        # One host sync per call: slot, first and last position (and whether the positions are consecutive)
+        # of each row decide which cached keys it reads and how.
+        columns = [slots, positions.min(dim=1).values, positions.max(dim=1).values]
+        tokens = positions.shape[1]
+        if tokens > 1:
+            steps = torch.arange(tokens, device=positions.device)
+            columns.append((positions == positions[:, :1] + steps).all(dim=1).to(slots.dtype))
+        rows = torch.stack(columns, dim=1).tolist()
+        kv.check([row[:3] for row in rows])
         kv.write(slots, positions, k, v)
-        rows = []
-        for b, (slot, _, last) in enumerate(bounds):
+        out = []
+        for b, (slot, _, last, *consecutive) in enumerate(rows):
             keys, values = kv.k[slot : slot + 1, :, : last + 1], kv.v[slot : slot + 1, :, : last + 1]  # [1, Hkv, L, hd]
-            mask = None
-            if q.shape[2] > 1:  # query t (at positions[b, t]) sees keys 0..positions[b, t]
-                seen = torch.arange(last + 1, device=q.device)[None, :] <= positions[b, :, None]  # [T, L]
-                # an additive float mask: the CPU flash kernel runs it ~1.4x faster than a boolean one
-                mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
-            rows.append(F.scaled_dot_product_attention(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, enable_gqa=True))
-        return self.output(torch.cat(rows, dim=0) if len(rows) > 1 else rows[0])
+            out.append(attend_row(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), positions[b], bool(consecutive and consecutive[0])))
+        return self.output(torch.cat(out, dim=0) if len(out) > 1 else out[0])
 
 
 class MLP(nn.Module):
@@ -131,7 +131,7 @@ class MoE(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         experts, hidden, inter = config.num_experts, config.hidden_size, config.moe_intermediate_size
-        self.top_k, self.norm_topk_prob = config.num_experts_per_tok, config.norm_topk_prob
+        self.num_experts, self.top_k, self.norm_topk_prob = experts, config.num_experts_per_tok, config.norm_topk_prob
         self.gate = nn.Linear(hidden, experts, bias=False)  # the router
         self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * inter, hidden))  # per expert: gate rows, then up rows
         self.down_proj = nn.Parameter(torch.empty(experts, hidden, inter))
@@ -150,12 +150,33 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, weights, experts = self.route(x)
+        if x.shape[0] <= self.EVERY_EXPERT_MAX_TOKENS and self.num_experts <= 4 * self.top_k:
+            out = self._every_expert(x, weights, experts)
+        else:
+            out = self._routed(x, weights, experts)
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out
+
+    # A few tokens (decode steps, tiny chunks) touch most experts anyway when experts/top_k is small: running
+    # every expert on every token is one GEMM and one batched GEMM instead of a Python loop of ~10 ops per
+    # expert. Unchosen experts weigh exactly 0, so the sum over experts adds the same terms as _routed.
+    EVERY_EXPERT_MAX_TOKENS = 16
+
+    def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape
+        dense_weights = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)  # [N, E]
+        gate, up = F.linear(x, self.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
+        y = torch.bmm((F.silu(gate) * up).transpose(0, 1), self.down_proj.transpose(1, 2))  # [E, N, I] @ [E, I, D] -> [E, N, D]
+        return (y * dense_weights.t()[..., None]).sum(0)  # summed over experts in ascending order
+
+    def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(x)
         # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
         # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.
         flat_experts = experts.flatten()
         order = flat_experts.argsort(stable=True)
-        counts = torch.bincount(flat_experts, minlength=self.gate_up_proj.shape[0]).tolist()
+        counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
         tokens_of, weights_of = order // self.top_k, weights.flatten()[order]
         start = 0
         for expert, count in enumerate(counts):
@@ -166,8 +187,6 @@ class MoE(nn.Module):
             y = F.linear(F.silu(gate) * up, self.down_proj[expert]) * weights_of[start : start + count, None]
             out.index_add_(0, tokens, y)
             start += count
-        if self.shared_expert is not None:
-            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
 
 
