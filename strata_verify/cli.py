@@ -49,6 +49,7 @@ def _finish(report: Report, markdown: bool, junit_path: str | None, json_path: s
     if junit_path:
         junit.write(report, junit_path)
     if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
     sys.exit(report.exit_code)
 

@@ -55,4 +55,6 @@ def to_xml(report: Report) -> str:
 
 
 def write(report: Report, path: str | Path) -> None:
-    Path(path).write_text(to_xml(report), encoding="utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_xml(report), encoding="utf-8")

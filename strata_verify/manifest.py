@@ -59,6 +59,7 @@ def build(run: DeterminismRun) -> dict[str, Any]:
 
 
 def save(manifest: dict[str, Any], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
