@@ -64,10 +64,13 @@ class Executor(Protocol):
     def free_slot(self, slot: int) -> None:
         """The slot's request ended; its KV may be dropped."""
 
-    def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+    def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken,
+             should_stop: Callable[[], bool] | None = None) -> RunResult:
         """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
         stream through the stages back to back and only the run's end drains the pipeline. When the
-        last chunk ends at the prompt's end, sample the first output token (and call on_token)."""
+        last chunk ends at the prompt's end, sample the first output token (and call on_token).
+        should_stop (issue 7's modes only; None = never asked): asked before each chunk after the
+        first; True ends the run there, after the chunks in flight: RunResult says what was read."""
 
     def decode(
         self,
@@ -88,6 +91,7 @@ class Executor(Protocol):
         chunks: Sequence[tuple[int, int]],
         groups: Sequence[Sequence["Request"]],
         on_token: OnToken,
+        should_stop: Callable[[], bool] | None = None,
     ) -> MixedResult:
         """Issue 7: read chunks[i] together with the decode tokens of groups[i % len(groups)] in one
-        micro-batch each, pipelined, draining only at the end."""
+        micro-batch each, pipelined, draining only at the end. should_stop as in read."""

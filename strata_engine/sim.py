@@ -151,14 +151,24 @@ class SimExecutor:
         return delivered
 
     # -- the protocol -------------------------------------------------------------------------------
-    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
+             should_stop: Callable[[], bool] | None = None) -> RunResult:
+        """One run; with should_stop, it is asked at each chunk's issue (stage 0 free) after the first,
+        and a True stops the run there: the chunks in flight finish, the rest are not read."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
         stage_free = [p.read_run_ms] * self.num_stages
         done = p.read_run_ms
+        read = 0
         for start, end in chunks:
+            if read and should_stop is not None:
+                self._wait_until(stage_free[0])
+                if should_stop():
+                    break
             done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
+            read += 1
+        chunks = chunks[:read]
         self._wait_until(done)
         self._kv[request.slot] = chunks[-1][1]
         first = self._first_token(request, chunks, on_token)
@@ -217,9 +227,10 @@ class SimExecutor:
         self._end(end)
         return DecodeResult(end if rounds else 0.0, rounds, tokens)
 
-    def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken) -> MixedResult:
+    def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken,
+              should_stop: Callable[[], bool] | None = None) -> MixedResult:
         """Issue 7: micro-batch i carries chunk i plus the decode tokens of group i % G (when that group's
-        previous token is out), so the streams advance while the prompt is read."""
+        previous token is out), so the streams advance while the prompt is read. should_stop as in read."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
@@ -227,9 +238,15 @@ class SimExecutor:
         stage_free = [p.read_run_ms] * self.num_stages
         inflight: list = []
         decode_tokens, chunk_ms, done = 0, [], p.read_run_ms
+        read = 0
         for i, (start, end) in enumerate(chunks):
             issue = stage_free[0]
             decode_tokens += self._deliver_until(inflight, issue, on_token)
+            if i and should_stop is not None:
+                self._wait_until(issue)
+                if should_stop():
+                    break
+            read += 1
             riders: list[Request] = []
             if live_groups:
                 group = live_groups[i % len(live_groups)]
@@ -243,6 +260,7 @@ class SimExecutor:
             if riders:
                 group[1] = done
                 heapq.heappush(inflight, (done, next(self._seq), riders))
+        chunks = chunks[:read]
         self._wait_until(done)
         self._kv[request.slot] = chunks[-1][1]
         first = self._first_token(request, chunks, on_token)

@@ -39,11 +39,25 @@ class TorchExecutor:
         positions = torch.arange(start, end, dtype=torch.long)[None, :]
         return Part(ids, positions, torch.tensor([request.slot]), want_logits=end == request.prompt_tokens)
 
-    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken) -> RunResult:
+    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
+             should_stop: Callable[[], bool] | None = None) -> RunResult:
         t0 = self.clock()
-        for start, end in chunks:
-            self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
-        results = self.pipeline.drain()
+        if should_stop is None:
+            for start, end in chunks:
+                self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
+            results = self.pipeline.drain()
+        else:  # issue 7: a stage's worth of chunks in flight, asking should_stop before each further one
+            results, pending = [], list(chunks)
+            while pending or self.pipeline.in_flight:
+                if pending and self.pipeline.in_flight < self.num_stages + 1:
+                    if len(pending) < len(chunks) and should_stop():
+                        chunks = chunks[:len(chunks) - len(pending)]
+                        pending = []
+                        continue
+                    start, end = pending.pop(0)
+                    self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
+                    continue
+                results.append(self.pipeline.get())
         _raise_first_error(results)
         first = None
         last = results[-1].parts[0]
@@ -110,9 +124,10 @@ class TorchExecutor:
         return DecodeResult((self.clock() - t0) * 1000.0, micro_batches // live_groups, tokens)
 
     # -- mixed (issue 7) -------------------------------------------------------------------------
-    def mixed(self, request, chunks, groups, on_token) -> MixedResult:
+    def mixed(self, request, chunks, groups, on_token, should_stop=None) -> MixedResult:
         """Each micro-batch carries one read chunk plus the decode tokens of one group, so decoding
-        slots advance every micro-batch and nothing drains until the run's end."""
+        slots advance every micro-batch and nothing drains until the run's end. should_stop is asked
+        before each chunk after the first; True ends the run there (the chunks in flight finish)."""
         t0 = self.clock()
         live = [gi for gi in range(len(groups)) if self._live(groups[gi])]
         pending = list(chunks)
@@ -161,6 +176,9 @@ class TorchExecutor:
             if mb.parts[0].logits is not None:
                 first = request.payload.sampler.sample(mb.parts[0].logits[0])
                 on_token(request, first)
+            if pending and should_stop is not None and should_stop():
+                chunks = chunks[:len(chunks) - len(pending)]
+                pending.clear()
             if pending:
                 submit_next()
         _raise_first_error(errors)

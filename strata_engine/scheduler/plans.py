@@ -15,9 +15,9 @@ from .batch_read import (
     MAX_PIECE_CHUNKS,
     batch_read_piece,
     next_read_chunks,
-    piece_chunks_for_target,
     piped_decode_budget_ms,
     piped_read_lead_in,
+    target_piece_chunks,
 )
 from .request import Phase, Request
 from .slots import SlotTable
@@ -94,18 +94,25 @@ def read_kind(config: SchedulerConfig) -> str:
     return "run"
 
 
-def unit_tokens(config: SchedulerConfig, ms_per_token: float | None, busy: bool) -> int:
+def interruptible(config: SchedulerConfig) -> bool:
+    """Issue 7's modes end a read run early at a chunk boundary when a short request could take over
+    or the read is cancelled, so a give-way never waits for a whole run; the spec's modes never do."""
+    return config.pipelined and (config.read_mix > 0 or config.pause_target_ms > 0)
+
+
+def unit_tokens(config: SchedulerConfig, run_cost: tuple[float, float] | None, decoding: bool) -> int:
     """Prompt tokens in the next read unit (0 = all that is left, one run).
 
-    The pause target sizes pieces from the measured cost per prompt token of the last read run
-    (its fixed cost included), per token rather than per chunk so a short last chunk cannot make
-    whole chunks look cheap."""
+    Explicit pieces win. A mixed read is otherwise one run: its micro-batches carry the decode tokens,
+    so a piece would only add a run's fixed cost and a pause. The pause target sizes pieces from
+    `run_cost` (fixed ms, ms per stage token, measured: batch_read.fit_run_cost) while a slot decodes;
+    with nothing decoding a boundary buys nothing (a short arrival interrupts the run instead), so
+    the read goes in one run and costs what the release costs."""
     chunk = config.prefill_chunk
-    if config.pipelined and config.pause_target_ms > 0:
-        if not busy:  # nothing decodes and no one waits: a boundary would buy nothing
+    if config.pipelined and config.piped_read_piece == 0:
+        if config.read_mix or config.pause_target_ms <= 0 or not decoding:
             return 0
-        per_chunk = None if ms_per_token is None else ms_per_token * chunk
-        return piece_chunks_for_target(config.pause_target_ms, per_chunk, MAX_PIECE_CHUNKS) * chunk
+        return target_piece_chunks(config.pause_target_ms, run_cost, chunk, config.num_stages) * chunk
     return batch_read_piece(chunk, config.batch_groups, config.piped_read_piece)
 
 
@@ -131,7 +138,7 @@ def plan_step(
     parked: Sequence[ActiveRead],
     previous_was_read: bool,
     last_unit_ms: float,
-    ms_per_token: float | None,
+    run_cost: tuple[float, float] | None,
 ) -> Plan:
     """The next action, from state alone."""
     cancelled = [r for r in waiting if r.cancelled]
@@ -143,8 +150,7 @@ def plan_step(
     kind = read_kind(config)
 
     def read(active: Request, start: str, slot: int | None, fresh: bool) -> ReadPlan:
-        busy = bool(groups) or bool(parked) or any(r is not active for r in waiting)
-        unit = unit_tokens(config, ms_per_token, busy)
+        unit = unit_tokens(config, run_cost, bool(groups))
         chunks = next_read_chunks(active.tokens_read, active.prompt_tokens, config.prefill_chunk, unit)
         lead_in = 0.0
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=kind == "piece"):

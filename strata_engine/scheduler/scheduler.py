@@ -8,6 +8,7 @@ whatever ends it; an exception while running one request fails that request only
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 from collections import deque
@@ -17,7 +18,9 @@ from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
 from ..executor import DecodeResult, Executor, SampledToken
 from ..sampling import RequestError
-from .plans import ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, plan_boundary, plan_step, read_kind
+from .batch_read import fit_run_cost, run_stage_tokens
+from .plans import (ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, give_way_candidate, interruptible,
+                    plan_boundary, plan_step, read_kind)
 from .request import Phase, Request
 from .slots import SlotTable
 
@@ -40,6 +43,11 @@ class Scheduler:
         self.kind = read_kind(config)
         if self.kind == "mix" and not callable(getattr(executor, "mixed", None)):
             raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
+        self.interruptible = interruptible(config)
+        if self.interruptible:
+            for method in ("mixed",) if self.kind == "mix" else ("read",):
+                if "should_stop" not in inspect.signature(getattr(executor, method)).parameters:
+                    raise ValueError(f"issue 7's modes need an executor whose {method}() takes should_stop; this one does not")
         self._lock = threading.Lock()
         self._waiting: deque[Request] = deque()  # guarded by _lock
         self._live: dict[str, Request] = {}  # every request not yet finished, by id; guarded by _lock
@@ -51,7 +59,8 @@ class Scheduler:
         self._to_release: list[Request] = []  # finished inside an executor call; slot freed after it
         self._previous_was_read = False
         self._last_unit_ms = 0.0
-        self._ms_per_token: float | None = None  # of the last read run, its fixed cost included
+        # The newest read run of each size (stage tokens -> ms), oldest first, for the pause target's cost fit.
+        self._run_costs: dict[int, float] = {}
         self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "lead_ins": 0, "yields": 0, "bstops": 0, "read_runs": 0}
 
     # -- other threads ------------------------------------------------------------------------------
@@ -108,7 +117,8 @@ class Scheduler:
             waiting = list(self._waiting)
         return plan_step(
             config=self.config, slots=self.slots, waiting=waiting, reading=self._reading, parked=self._parked,
-            previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms, ms_per_token=self._ms_per_token,
+            previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms,
+            run_cost=fit_run_cost(list(self._run_costs.items())),
         )
 
     def step(self) -> bool:
@@ -152,22 +162,33 @@ class Scheduler:
             self._emit("LEADIN", request, decode_ms=result.ms, decode_steps=result.rounds, decode_tokens=result.tokens,
                        budget_ms=plan.lead_in_ms)
         groups = self.slots.decoding_groups() if plan.kind == "mix" else ()
+        stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
         try:
             if plan.kind == "mix":
-                result = self.executor.mixed(request, plan.chunks, groups, self._on_token)
+                result = self.executor.mixed(request, plan.chunks, groups, self._on_token, **stop)
             else:
-                result = self.executor.read(request, plan.chunks, self._on_token)
+                result = self.executor.read(request, plan.chunks, self._on_token, **stop)
         except Exception as exc:  # this request's read failed: fail it alone
             self._reading = None
             self._finish(request, "error", exc)
             return
-        tokens = sum(end - start for start, end in plan.chunks)
+        tokens = result.tokens  # an interrupted run read fewer chunks than planned
+        if not 0 < tokens <= sum(end - start for start, end in plan.chunks):
+            self._reading = None
+            self._finish(request, "error", RuntimeError(f"the executor read {tokens} of the run's planned tokens"))
+            return
         request.tokens_read += tokens
         active.read_ms += result.ms
         active.units += 1
         self.counts["read_runs"] += 1
         self._last_unit_ms = result.ms
-        self._ms_per_token = result.ms / tokens
+        if plan.kind != "mix":  # a mixed run's time includes its decode tokens: not a read cost
+            last_chunk = plan.chunks[result.chunks - 1]
+            size = run_stage_tokens(tokens, last_chunk[1] - last_chunk[0], self.config.num_stages)
+            self._run_costs.pop(size, None)
+            self._run_costs[size] = result.ms
+            if len(self._run_costs) > 8:
+                del self._run_costs[next(iter(self._run_costs))]
         self._previous_was_read = True
         piece = {"tokens": tokens, "tokens_read": request.tokens_read, "read_ms": result.ms}
         if plan.kind == "mix":
@@ -313,6 +334,14 @@ class Scheduler:
     def _epoch(self) -> int:
         with self._lock:
             return self._cancel_epoch
+
+    def _read_interrupt(self, request: Request) -> bool:
+        """End a read run early (issue 7's modes): it was cancelled, or a short request could take over."""
+        if request.cancelled:
+            return True
+        with self._lock:
+            waiting = list(self._waiting)
+        return give_way_candidate(request, waiting, self.slots.choose() is not None) is not None
 
     def _interrupt(self, epoch: int) -> bool:
         """Stop an idle decode call: a cancel arrived, or a waiting request could start its read."""
