@@ -7,13 +7,11 @@ import json
 import pytest
 
 from .conftest import bench
-from .engine_gate import requires_engine
 
 ENGINE = "strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 64 --ctx 4096"
 
 
 @pytest.mark.slow
-@requires_engine(need_model=True)
 def test_two_real_engine_arms_run_report_plot(tmp_path):
     out = tmp_path / "e2e"
     r = bench("run", "--arm", f"release={ENGINE}", "--arm", f"pieces=env STRATA_PIPED_READ_PIECE=128 {ENGINE}",

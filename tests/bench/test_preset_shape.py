@@ -8,7 +8,6 @@ import json
 import pytest
 
 from .conftest import bench
-from .engine_gate import requires_engine
 
 
 def metric(scenario, key, arm):
@@ -17,7 +16,6 @@ def metric(scenario, key, arm):
 
 
 @pytest.mark.slow
-@requires_engine(need_model=False)
 def test_pr2050_preset_reproduces_the_spec_shape(tmp_path):
     out = tmp_path / "pr2050"
     r = bench("preset", "pr2050", "--time-scale", "8", "--repeat", "1", "--out", str(out), "--no-report",
