@@ -20,37 +20,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from strata_engine.events import EngineEvent, EventLog
+from strata_engine.outputs import Completion, Finished, TokenOutput
 from strata_engine.sampling import RequestError, SamplingParams
 
 EOS = 256
 ALPHABET = b"abcdefghijklmnopqrstuvwxyz ,."
-
-
-@dataclass(frozen=True)
-class TokenOutput:
-    index: int
-    token_id: int
-    text: str
-    logprob: float | None
-    top_logprobs: list[tuple[int, str, float]] | None
-    t: float
-
-
-@dataclass(frozen=True)
-class Completion:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    logprobs: list[TokenOutput] | None
-    finish_reason: str
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Finished:
-    completion: Completion
-    unsent_text: str = ""
 
 
 class ByteTokenizer:

@@ -14,6 +14,7 @@ import pytest
 from fake_engine import FakeEngine, serving
 
 from strata_engine.sampling import SamplingParams
+from server_helpers import metric
 
 M = "fake-tiny"
 
@@ -54,25 +55,8 @@ def solo(engine, prompt, **params):
     return engine.generate(prompt, SamplingParams(**params))
 
 
-def wait_for(predicate, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
-def metric(url: str, name: str) -> float:
-    """Sum of every sample of `name` (all label sets) in /metrics."""
-    text = httpx.get(url + "/metrics").text
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-            seen = True
-    assert seen, f"{name} missing from /metrics"
-    return total
 
 
 # ---- completions -------------------------------------------------------------------------------

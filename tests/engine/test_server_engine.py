@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import openai
@@ -16,17 +15,11 @@ from fake_engine import serving
 from strata_engine.sampling import SamplingParams
 
 import strata_engine.engine as engine_mod
+from server_helpers import wait_for
 Engine = engine_mod.Engine
 GREEDY = dict(temperature=0, ignore_eos=True)
 
 
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def first_difference(got: list, want: list) -> str:

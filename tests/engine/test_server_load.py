@@ -14,23 +14,11 @@ import pytest
 from fake_engine import FakeEngine, serving
 
 from strata_engine.sampling import SamplingParams
+from server_helpers import metric, wait_for
 
 
-def wait_for(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
-def metric(url: str, name: str) -> float:
-    total = 0.0
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 async def stream_one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict:
