@@ -21,6 +21,7 @@ class Backend:
     dtype: str
     vocab_size: int
     eos_token_id: int | None
+    stage_workers: str = "none"  # torch: "thread" or "process" (resolved); sim: "none"
 
 
 def _default_device() -> str:
@@ -45,25 +46,32 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     import torch
 
     from .model.tokenizer import load_tokenizer
-    from .model.weights import load_model, resolve_model_path
+    from .model.weights import load_model, read_config, resolve_model_path
     from .pipeline import Pipeline, plan_stages, split_layers
     from .torch_executor import TorchExecutor
 
     device = config.device or _default_device()
     dtype = _dtype(config.dtype, device)
     torch.manual_seed(config.seed)
-    model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
+    model_config = read_config(resolve_model_path(config.model))
     if sched.ctx > model_config.max_position_embeddings:
         raise ValueError(
             f"--ctx {sched.ctx} exceeds the model's max_position_embeddings ({model_config.max_position_embeddings})"
         )
-    model.eval()
     stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
-    split_layers(model, stages, dtype)
     threads = config.threads
     if threads is None and all(s.device.startswith("cpu") for s in stages):
         threads = max(1, (os.cpu_count() or 1) // len(stages))
-    pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads)
+    workers = config.stage_workers_for([s.device for s in stages])
+    if workers == "process":  # each stage process loads its own layers; the parent holds no weights
+        from .stage_process import ProcessPipeline
+
+        pipeline = ProcessPipeline(config.model, stages, sched.batch, sched.ctx, dtype, threads=threads)
+    else:
+        model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
+        model.eval()
+        split_layers(model, stages, dtype)
+        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads)
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     return Backend(
         executor=TorchExecutor(pipeline),
@@ -73,6 +81,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         dtype=str(dtype).replace("torch.", ""),
         vocab_size=model_config.vocab_size,
         eos_token_id=model_config.eos_token_id,
+        stage_workers=workers,
     )
 
 

@@ -13,7 +13,7 @@ import click
 from .config import ENV_HELP, ENV_VARS, EngineConfig
 
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "executor",
-                "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "log_events")
+                "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers", "log_events")
 
 
 def _epilog() -> str:
@@ -65,6 +65,10 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Engine seed: the default seed of requests that give none."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
                      help="torch intra-op threads per stage worker (default: cores / stages on cpu)."),
+        click.option("--stage-workers", type=click.Choice(["auto", "thread", "process"]), default="auto",
+                     show_default=True,
+                     help="What runs each pipeline stage: a thread, or an OS process of its own (stages overlap "
+                          "without sharing the GIL). auto = thread."),
         click.option("--log-events/--no-log-events", default=True, show_default=True,
                      help="Echo every engine event (PIECE, YIELDED, ...) as one line on stderr."),
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
 # Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
 ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
@@ -20,6 +20,8 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
     "STRATA_PIPED_READ_MIX": ("read_mix", int, 0, 0),
     "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
 }
+
+STAGE_WORKERS = ("auto", "thread", "process")
 
 ENV_HELP = {
     "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
@@ -122,6 +124,7 @@ class EngineConfig:
     sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
     time_scale: float = 1.0  # sim: modelled seconds per wall second
     threads: int | None = None  # torch intra-op threads per stage worker
+    stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for)
     log_events: bool = True  # echo events to stderr
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
@@ -140,6 +143,8 @@ class EngineConfig:
             raise ValueError("--split L places layers on two stages; give --devices with exactly two entries or none")
         if self.time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if self.stage_workers not in STAGE_WORKERS:
+            raise ValueError(f"stage_workers must be one of {', '.join(STAGE_WORKERS)}, got {self.stage_workers!r}")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
@@ -151,6 +156,12 @@ class EngineConfig:
         if self.devices:
             return len(self.devices)
         return 2 if self.split is not None else 1
+
+    def stage_workers_for(self, stage_devices: Sequence[str]) -> str:
+        """What runs each pipeline stage: a thread of this process or a process of its own."""
+        if self.stage_workers != "auto":
+            return self.stage_workers
+        return "thread"
 
     def resolved_batch_groups(self) -> int:
         groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)

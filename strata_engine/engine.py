@@ -51,6 +51,7 @@ class Engine:
         self.device, self.dtype = backend.device, backend.dtype
         self.vocab_size = backend.vocab_size
         self.eos_token_id = backend.eos_token_id
+        self.stage_workers = backend.stage_workers
         self.ctx = self.scheduler_config.ctx
         self.scheduler = Scheduler(self.scheduler_config, self.executor, clock=self.clock, sink=self, events=self.events)
         self._states: dict[str, RequestState] = {}
@@ -231,7 +232,7 @@ class Engine:
             "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
             "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,
             "batch_invariant": False, "split": self.config.split, "devices": list(self.config.devices),
-            "version": _version(), "pid": os.getpid(),
+            "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
         }
 
     def stats(self) -> dict[str, Any]:
