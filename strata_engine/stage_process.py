@@ -141,7 +141,10 @@ def stage_main(spec: StageSpec, inbox, outbox, control) -> None:
             except (EOFError, OSError):  # the previous stage or the parent is gone
                 return
             if data == _SHUTDOWN:
-                outbox.send_bytes(_SHUTDOWN)
+                try:
+                    outbox.send_bytes(_SHUTDOWN)
+                except (BrokenPipeError, OSError):
+                    pass
                 return
             seq, parts, error, stage_ms = pickle.loads(data)
             t0 = time.perf_counter()
@@ -278,6 +281,9 @@ class ProcessPipeline:
         return mb
 
     def _death_note(self) -> str:
+        deadline = time.monotonic() + 2.0  # the pipe closes a moment before the dead stage can be reaped
+        while not any(p.exitcode is not None for p in self._procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
         codes = ", ".join(f"{p.name} exit code {p.exitcode}" for p in self._procs if p.exitcode is not None)
         return f"a stage process is gone ({codes or 'closed its pipe'})"
 
