@@ -5,6 +5,8 @@ Prints, in one process, side by side:
   2. the longest pause of a decoding stream while a long prompt is read, pieces unset vs set
      (target: pieces cut it >= 3x), plus the long prompt's TTFT in both.
 Usage: .venv/bin/python benchmarks/bench_pipeline.py [--long 6000] [--chunk 256] [--piece 512] [--repeat 3]
+       [--stage-workers thread,process] [--skip-pause]
+With several --stage-workers values the arms (workers x groups) alternate within each repeat.
 """
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import time
 from strata_engine import Engine, SamplingParams
 
 
-def decode_rate(groups: int, batch: int, tokens: int, chunk: int) -> float:
+def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str = "auto") -> float:
     prompts = [f"def function_{i}(value):\n    " for i in range(batch)]
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
-    with Engine.from_pretrained(batch=batch, batch_groups=groups, split=2, prefill_chunk=chunk, log_events=False) as engine:
+    with Engine.from_pretrained(batch=batch, batch_groups=groups, split=2, prefill_chunk=chunk, log_events=False,
+                                stage_workers=workers) as engine:
         engine.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
         done: list[float] = []
         handles = [engine.submit(p, params, on_output=lambda item: done.append(getattr(item, "t", None))) for p in prompts]
@@ -29,11 +32,11 @@ def decode_rate(groups: int, batch: int, tokens: int, chunk: int) -> float:
     return (len(times) - batch) / (times[-1] - times[batch - 1])
 
 
-def longest_pause(piece: int | None, long_tokens: int, chunk: int) -> tuple[float, float]:
+def longest_pause(piece: int | None, long_tokens: int, chunk: int, workers: str = "auto") -> tuple[float, float]:
     env = {"STRATA_PIPED_READ_PIECE": str(piece)} if piece else {}
     streams = 2
     with Engine.from_pretrained(batch=4, batch_groups=2, split=2, prefill_chunk=chunk, ctx=max(4096, long_tokens + 256),
-                                log_events=False, env=env) as engine:
+                                log_events=False, env=env, stage_workers=workers) as engine:
         times: dict[int, list[float]] = {i: [] for i in range(streams)}
         params = SamplingParams(max_tokens=100_000, ignore_eos=True)
         handles = [engine.submit(f"class Stream{i}:\n", params,
@@ -64,24 +67,34 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=96, help="decode tokens per stream for the rate")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stage-workers", default="auto",
+                    help="comma-separated: auto, thread, process (each is measured; arms alternate)")
+    ap.add_argument("--skip-pause", action="store_true", help="measure the decode rates only")
     args = ap.parse_args()
 
-    rates = {1: [], 2: []}
-    for _ in range(args.repeat):  # alternate the arms so drift hits both
-        for groups in (1, 2):
-            rates[groups].append(decode_rate(groups, args.batch, args.tokens, args.chunk))
-    r1, r2 = statistics.median(rates[1]), statistics.median(rates[2])
-    print(f"decode, batch {args.batch}, 2 stages: 1 group {r1:.1f} tok/s, 2 groups {r2:.1f} tok/s, ratio {r2 / r1:.2f}x (target >= 1.3x)")
+    workers = [w for w in args.stage_workers.split(",") if w]
+    rates = {(w, g): [] for w in workers for g in (1, 2)}
+    for _ in range(args.repeat):  # alternate the arms so drift hits all of them
+        for w, groups in rates:
+            rates[(w, groups)].append(decode_rate(groups, args.batch, args.tokens, args.chunk, w))
+    for w in workers:
+        r1, r2 = statistics.median(rates[(w, 1)]), statistics.median(rates[(w, 2)])
+        print(f"decode, batch {args.batch}, 2 stages, stage workers {w}: 1 group {r1:.1f} tok/s, 2 groups {r2:.1f} tok/s, "
+              f"ratio {r2 / r1:.2f}x (target >= 1.3x)")
+        print(f"  raw tok/s: 1 group {[round(r, 1) for r in rates[(w, 1)]]}, 2 groups {[round(r, 1) for r in rates[(w, 2)]]}")
+    if args.skip_pause:
+        return
 
-    unset, pieces = [], []
-    for _ in range(args.repeat):
-        unset.append(longest_pause(None, args.long, args.chunk))
-        pieces.append(longest_pause(args.piece, args.long, args.chunk))
-    pu, tu = statistics.median(p for p, _ in unset), statistics.median(t for _, t in unset)
-    pp, tp = statistics.median(p for p, _ in pieces), statistics.median(t for _, t in pieces)
-    print(f"longest pause while a {args.long}-token prompt is read: unset {pu * 1000:.0f} ms, "
-          f"pieces of {args.piece} {pp * 1000:.0f} ms, cut {pu / pp:.1f}x (target >= 3x)")
-    print(f"the long prompt's TTFT: unset {tu * 1000:.0f} ms, pieces {tp * 1000:.0f} ms ({tp / tu:.2f}x)")
+    for w in workers:
+        unset, pieces = [], []
+        for _ in range(args.repeat):
+            unset.append(longest_pause(None, args.long, args.chunk, w))
+            pieces.append(longest_pause(args.piece, args.long, args.chunk, w))
+        pu, tu = statistics.median(p for p, _ in unset), statistics.median(t for _, t in unset)
+        pp, tp = statistics.median(p for p, _ in pieces), statistics.median(t for _, t in pieces)
+        print(f"stage workers {w}: longest pause while a {args.long}-token prompt is read: unset {pu * 1000:.0f} ms, "
+              f"pieces of {args.piece} {pp * 1000:.0f} ms, cut {pu / pp:.1f}x (target >= 3x)")
+        print(f"  the long prompt's TTFT: unset {tu * 1000:.0f} ms, pieces {tp * 1000:.0f} ms ({tp / tu:.2f}x)")
 
 
 if __name__ == "__main__":
