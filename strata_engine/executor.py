@@ -65,12 +65,14 @@ class Executor(Protocol):
         """The slot's request ended; its KV may be dropped."""
 
     def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None) -> RunResult:
+             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
         """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
         stream through the stages back to back and only the run's end drains the pipeline. When the
         last chunk ends at the prompt's end, sample the first output token (and call on_token).
         should_stop (issue 7's modes only; None = never asked): asked before each chunk after the
-        first; True ends the run there, after the chunks in flight: RunResult says what was read."""
+        first; True ends the run there, after the chunks in flight: RunResult says what was read.
+        budget_ms (the pause target): likewise leave out a chunk that, by the run's own measured chunk
+        completions, would end the run past budget_ms (scheduler.batch_read.run_end_estimate_ms)."""
 
     def decode(
         self,

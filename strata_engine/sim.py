@@ -17,6 +17,7 @@ from array import array
 from typing import Callable, Sequence
 
 from .executor import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
+from .scheduler.batch_read import run_end_estimate_ms, run_interval_ms
 from .scheduler.request import Phase, Request
 from .sim_profile import CostProfile, load_profile
 
@@ -56,6 +57,7 @@ class SimExecutor:
         self._cursor = float("-inf")  # wall time the last call's modelled work ends
         self._t0 = 0.0
         self._seq = itertools.count()
+        self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     # -- slots --------------------------------------------------------------------------------------
     def prepare_slot(self, slot: int) -> None:
@@ -152,22 +154,33 @@ class SimExecutor:
 
     # -- the protocol -------------------------------------------------------------------------------
     def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None) -> RunResult:
-        """One run; with should_stop, it is asked at each chunk's issue (stage 0 free) after the first,
-        and a True stops the run there: the chunks in flight finish, the rest are not read."""
+             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
+        """One run. At each chunk's issue (stage 0 free) after the first, should_stop is asked, and with
+        budget_ms the chunk is left out when the completions measured so far say the run would end
+        past the budget (batch_read.run_end_estimate_ms: the rule a real executor can follow); either
+        ends the run there: the chunks in flight finish, the rest are not read."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
         stage_free = [p.read_run_ms] * self.num_stages
         done = p.read_run_ms
-        read = 0
+        completions: list[float] = []
         for start, end in chunks:
-            if read and should_stop is not None:
-                self._wait_until(stage_free[0])
-                if should_stop():
+            if completions:
+                issue = stage_free[0]
+                if should_stop is not None or budget_ms is not None:
+                    self._wait_until(issue)
+                if should_stop is not None and should_stop():
                     break
+                if budget_ms is not None:
+                    measured = [t for t in completions if t <= issue]
+                    estimate = run_end_estimate_ms(measured, len(completions) - len(measured), issue, self._read_interval_ms)
+                    if estimate is not None and estimate > budget_ms:
+                        break
             done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
-            read += 1
+            completions.append(done)
+        read = len(completions)
+        self._read_interval_ms = run_interval_ms(completions) or self._read_interval_ms
         chunks = chunks[:read]
         self._wait_until(done)
         self._kv[request.slot] = chunks[-1][1]

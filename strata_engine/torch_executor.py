@@ -14,6 +14,7 @@ import torch
 
 from .executor import DecodeResult, MixedResult, OnToken, RunResult
 from .pipeline import MicroBatch, Part, Pipeline
+from .scheduler.batch_read import run_end_estimate_ms, run_interval_ms
 from .scheduler.request import Phase, Request
 
 
@@ -21,6 +22,7 @@ class TorchExecutor:
     def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter):
         self.pipeline = pipeline
         self.clock = clock
+        self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     @property
     def num_stages(self) -> int:
@@ -40,17 +42,17 @@ class TorchExecutor:
         return Part(ids, positions, torch.tensor([request.slot]), want_logits=end == request.prompt_tokens)
 
     def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None) -> RunResult:
+             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
         t0 = self.clock()
-        if should_stop is None:
+        if should_stop is None and budget_ms is None:
             for start, end in chunks:
                 self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
             results = self.pipeline.drain()
-        else:  # issue 7: a stage's worth of chunks in flight, asking should_stop before each further one
-            results, pending = [], list(chunks)
+        else:  # issue 7: one chunk more than the stages in flight; each further one only if allowed
+            results, pending, completions = [], list(chunks), []
             while pending or self.pipeline.in_flight:
                 if pending and self.pipeline.in_flight < self.num_stages + 1:
-                    if len(pending) < len(chunks) and should_stop():
+                    if len(pending) < len(chunks) and self._stop_run(should_stop, budget_ms, completions, t0):
                         chunks = chunks[:len(chunks) - len(pending)]
                         pending = []
                         continue
@@ -58,6 +60,8 @@ class TorchExecutor:
                     self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
                     continue
                 results.append(self.pipeline.get())
+                completions.append((self.clock() - t0) * 1000.0)
+            self._read_interval_ms = run_interval_ms(completions) or self._read_interval_ms
         _raise_first_error(results)
         first = None
         last = results[-1].parts[0]
@@ -66,6 +70,16 @@ class TorchExecutor:
             on_token(request, first)
         tokens = sum(end - start for start, end in chunks)
         return RunResult((self.clock() - t0) * 1000.0, len(chunks), tokens, first)
+
+    def _stop_run(self, should_stop, budget_ms, completions: list[float], t0: float) -> bool:
+        """Issue 7: end the run before the next chunk (a give-way or cancel, or the pause target)."""
+        if should_stop is not None and should_stop():
+            return True
+        if budget_ms is None:
+            return False
+        now = (self.clock() - t0) * 1000.0
+        estimate = run_end_estimate_ms(completions, self.pipeline.in_flight, now, self._read_interval_ms)
+        return estimate is not None and estimate > budget_ms
 
     # -- decode --------------------------------------------------------------------------------
     @staticmethod

@@ -96,50 +96,29 @@ def next_read_chunks(tokens_read: int, prompt_tokens: int, chunk: int, unit_toke
     return [(start, min(start + chunk, end)) for start in range(tokens_read, end, chunk)]
 
 
-def run_stage_tokens(tokens: int, last_chunk_tokens: int, num_stages: int) -> int:
-    """Prompt tokens a run pushes through one stage, the pipeline's fill included: every chunk passes
-    the bottleneck stage once, and the last chunk still crosses the S - 1 stages after it."""
-    if tokens < 1 or not 1 <= last_chunk_tokens <= tokens or num_stages < 1:
-        raise ValueError(f"bad run shape: tokens {tokens}, last chunk {last_chunk_tokens}, stages {num_stages}")
-    return tokens + (num_stages - 1) * last_chunk_tokens
 
-
-def fit_run_cost(samples: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
-    """Issue 7's cost model of a read run, `ms = fixed + per_token x stage_tokens`, from measured
-    (stage_tokens, ms) samples, newest last; None when nothing was measured.
-
-    A run's fixed cost (setup, the drain's synchronisation) is only told apart from the per-token
-    cost by runs of different sizes: least squares over the samples when their sizes spread, else
-    fixed 0, which over-estimates any larger piece (safe). The per-token cost is then taken from the
-    newest sample given that fixed cost, so attention's growth with context shows at once, and never
-    below the fit's."""
-    if not samples:
+def run_interval_ms(completions_ms: Sequence[float]) -> float | None:
+    """The time between chunk completions of a full pipeline (one bottleneck-stage time): the mean of
+    the last (up to 4) measured intervals, so attention's growth with context shows within a few
+    chunks. None before two completions."""
+    if len(completions_ms) < 2:
         return None
-    for u, ms in samples:
-        if u < 1 or ms < 0:
-            raise ValueError(f"bad run sample: {u} stage tokens in {ms} ms")
-    us = [float(u) for u, _ in samples]
-    mss = [float(ms) for _, ms in samples]
-    fixed, slope = 0.0, 0.0
-    if len(samples) >= 2 and max(us) >= 1.25 * min(us):
-        mu, mm = sum(us) / len(us), sum(mss) / len(mss)
-        var = sum((u - mu) ** 2 for u in us)
-        slope = sum((u - mu) * (m - mm) for u, m in zip(us, mss)) / var
-        fixed = min(max(mm - slope * mu, 0.0), min(mss))  # never negative, never more than a whole run
-    newest = (mss[-1] - fixed) / us[-1]
-    return fixed, max(newest, slope, 1e-9)
+    recent = list(completions_ms[-5:])
+    return (recent[-1] - recent[0]) / (len(recent) - 1)
 
 
-def target_piece_chunks(target_ms: float, cost: tuple[float, float] | None, chunk: int, num_stages: int,
-                        max_chunks: int = MAX_PIECE_CHUNKS) -> int:
-    """The most whole chunks (1 to max_chunks) whose run, by `cost` = (fixed_ms, ms per stage token),
-    stays within target_ms: fixed + per_token x (k + S - 1) x chunk <= target. One chunk before
-    anything was measured (the cautious start) or when even one chunk does not fit."""
-    _check_chunk(chunk)
-    if target_ms <= 0:
-        raise ValueError(f"pause target must be > 0 ms, got {target_ms}")
-    if cost is None:
-        return 1
-    fixed, per_token = cost
-    k = int((target_ms - fixed) // (per_token * chunk)) - (num_stages - 1)
-    return min(max(k, 1), max_chunks)
+def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms: float,
+                        prior_interval_ms: float | None = None) -> float | None:
+    """Issue 7's pause target, measured inside a read run (times since the run's start): when the run
+    would end if one more chunk were issued now. The new chunk ends (in_flight + 1) intervals after
+    the later of now and the last completion; the interval is this run's (run_interval_ms) once two
+    chunks are out, before that `prior_interval_ms` (the executor's previous run's). The run's fixed
+    cost is inside the times already. None when there is no interval to go by."""
+    if in_flight < 0:
+        raise ValueError(f"in_flight must be >= 0, got {in_flight}")
+    interval = run_interval_ms(completions_ms)
+    if interval is None:
+        interval = prior_interval_ms
+    if interval is None:
+        return None
+    return max(now_ms, completions_ms[-1] if completions_ms else 0.0) + (in_flight + 1) * interval

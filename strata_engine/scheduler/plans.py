@@ -17,7 +17,6 @@ from .batch_read import (
     next_read_chunks,
     piped_decode_budget_ms,
     piped_read_lead_in,
-    target_piece_chunks,
 )
 from .request import Phase, Request
 from .slots import SlotTable
@@ -47,6 +46,7 @@ class ReadPlan:
     start: str = "continue"  # "continue" the active read, "admit" a waiting request, "resume" a parked read
     slot: int | None = None  # the slot admission assigns
     lead_in_ms: float = 0.0  # decode budget to run before the read (0 = none)
+    budget_ms: float | None = None  # issue 7's pause target: the run stops itself before passing it
 
 
 @dataclass(frozen=True)
@@ -100,20 +100,24 @@ def interruptible(config: SchedulerConfig) -> bool:
     return config.pipelined and (config.read_mix > 0 or config.pause_target_ms > 0)
 
 
-def unit_tokens(config: SchedulerConfig, run_cost: tuple[float, float] | None, decoding: bool) -> int:
+def unit_tokens(config: SchedulerConfig) -> int:
     """Prompt tokens in the next read unit (0 = all that is left, one run).
 
     Explicit pieces win. A mixed read is otherwise one run: its micro-batches carry the decode tokens,
-    so a piece would only add a run's fixed cost and a pause. The pause target sizes pieces from
-    `run_cost` (fixed ms, ms per stage token, measured: batch_read.fit_run_cost) while a slot decodes;
-    with nothing decoding a boundary buys nothing (a short arrival interrupts the run instead), so
-    the read goes in one run and costs what the release costs."""
-    chunk = config.prefill_chunk
+    so a piece would only add a run's fixed cost and a pause. A pause-target read is one run that
+    ends itself at the target (`read_budget_ms`) or at a give-way."""
     if config.pipelined and config.piped_read_piece == 0:
-        if config.read_mix or config.pause_target_ms <= 0 or not decoding:
-            return 0
-        return target_piece_chunks(config.pause_target_ms, run_cost, chunk, config.num_stages) * chunk
-    return batch_read_piece(chunk, config.batch_groups, config.piped_read_piece)
+        return 0
+    return batch_read_piece(config.prefill_chunk, config.batch_groups, config.piped_read_piece)
+
+
+def read_budget_ms(config: SchedulerConfig, kind: str, decoding: bool) -> float | None:
+    """The pause target as a run budget: while a slot decodes, the executor issues no chunk that its
+    own measurements say would end the run past T. With nothing decoding a boundary buys nothing (a
+    short arrival interrupts the run instead), so the read costs what the release costs."""
+    if kind == "piece" and config.pause_target_ms > 0 and decoding:
+        return config.pause_target_ms
+    return None
 
 
 def give_way_candidate(reading: Request, waiting: Sequence[Request], slot_free: bool) -> Request | None:
@@ -138,7 +142,6 @@ def plan_step(
     parked: Sequence[ActiveRead],
     previous_was_read: bool,
     last_unit_ms: float,
-    run_cost: tuple[float, float] | None,
 ) -> Plan:
     """The next action, from state alone."""
     cancelled = [r for r in waiting if r.cancelled]
@@ -150,12 +153,11 @@ def plan_step(
     kind = read_kind(config)
 
     def read(active: Request, start: str, slot: int | None, fresh: bool) -> ReadPlan:
-        unit = unit_tokens(config, run_cost, bool(groups))
-        chunks = next_read_chunks(active.tokens_read, active.prompt_tokens, config.prefill_chunk, unit)
+        chunks = next_read_chunks(active.tokens_read, active.prompt_tokens, config.prefill_chunk, unit_tokens(config))
         lead_in = 0.0
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=kind == "piece"):
             lead_in = piped_decode_budget_ms(last_unit_ms, config.decode_share, config.decode_min_ms, config.decode_max_ms)
-        return ReadPlan(active, tuple(chunks), kind, start, slot, lead_in)
+        return ReadPlan(active, tuple(chunks), kind, start, slot, lead_in, read_budget_ms(config, kind, bool(groups)))
 
     if reading is not None:
         return read(reading.request, "continue", None, fresh=reading.units == 0)

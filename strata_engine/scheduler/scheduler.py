@@ -18,7 +18,6 @@ from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
 from ..executor import DecodeResult, Executor, SampledToken
 from ..sampling import RequestError
-from .batch_read import fit_run_cost, run_stage_tokens
 from .plans import (ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, give_way_candidate, interruptible,
                     plan_boundary, plan_step, read_kind)
 from .request import Phase, Request
@@ -45,9 +44,10 @@ class Scheduler:
             raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
         self.interruptible = interruptible(config)
         if self.interruptible:
-            for method in ("mixed",) if self.kind == "mix" else ("read",):
-                if "should_stop" not in inspect.signature(getattr(executor, method)).parameters:
-                    raise ValueError(f"issue 7's modes need an executor whose {method}() takes should_stop; this one does not")
+            method, needs = ("mixed", ("should_stop",)) if self.kind == "mix" else ("read", ("should_stop", "budget_ms"))
+            missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
+            if missing:
+                raise ValueError(f"issue 7's modes need an executor whose {method}() takes {' and '.join(missing)}; this one does not")
         self._lock = threading.Lock()
         self._waiting: deque[Request] = deque()  # guarded by _lock
         self._live: dict[str, Request] = {}  # every request not yet finished, by id; guarded by _lock
@@ -59,8 +59,6 @@ class Scheduler:
         self._to_release: list[Request] = []  # finished inside an executor call; slot freed after it
         self._previous_was_read = False
         self._last_unit_ms = 0.0
-        # The newest read run of each size (stage tokens -> ms), oldest first, for the pause target's cost fit.
-        self._run_costs: dict[int, float] = {}
         self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "lead_ins": 0, "yields": 0, "bstops": 0, "read_runs": 0}
 
     # -- other threads ------------------------------------------------------------------------------
@@ -118,7 +116,6 @@ class Scheduler:
         return plan_step(
             config=self.config, slots=self.slots, waiting=waiting, reading=self._reading, parked=self._parked,
             previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms,
-            run_cost=fit_run_cost(list(self._run_costs.items())),
         )
 
     def step(self) -> bool:
@@ -163,6 +160,8 @@ class Scheduler:
                        budget_ms=plan.lead_in_ms)
         groups = self.slots.decoding_groups() if plan.kind == "mix" else ()
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
+        if plan.budget_ms is not None:
+            stop["budget_ms"] = plan.budget_ms
         try:
             if plan.kind == "mix":
                 result = self.executor.mixed(request, plan.chunks, groups, self._on_token, **stop)
@@ -182,13 +181,6 @@ class Scheduler:
         active.units += 1
         self.counts["read_runs"] += 1
         self._last_unit_ms = result.ms
-        if plan.kind != "mix":  # a mixed run's time includes its decode tokens: not a read cost
-            last_chunk = plan.chunks[result.chunks - 1]
-            size = run_stage_tokens(tokens, last_chunk[1] - last_chunk[0], self.config.num_stages)
-            self._run_costs.pop(size, None)
-            self._run_costs[size] = result.ms
-            if len(self._run_costs) > 8:
-                del self._run_costs[next(iter(self._run_costs))]
         self._previous_was_read = True
         piece = {"tokens": tokens, "tokens_read": request.tokens_read, "read_ms": result.ms}
         if plan.kind == "mix":

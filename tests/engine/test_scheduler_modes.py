@@ -1,26 +1,29 @@
 """Issue 7's modes: the mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
-and the pause target (piece size from a fitted cost of recent runs), both ending a run early at a
+and the pause target (a read run that ends itself at the target, by its own measured chunk completions), both ending a run early at a
 chunk boundary when a short request could take over; over the simulated executor on a fake clock,
 and once on the real torch pipeline."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from fakes import TEST_PROFILE, FakeClock, Harness, RecordingExecutor, RecordingSink
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
-from strata_engine.scheduler.batch_read import fit_run_cost, run_stage_tokens, target_piece_chunks
+from strata_engine.scheduler.batch_read import run_end_estimate_ms
 from strata_engine.scheduler.scheduler import Scheduler
 from strata_engine.sim import SimExecutor
 from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
 
 
 class InterruptibleRecorder(RecordingExecutor):
-    """The shared recorder, forwarding should_stop (issue 7's modes need it) and counting its calls."""
+    """The shared recorder, forwarding should_stop and budget_ms (issue 7's modes need them), counting asks."""
 
     def __init__(self, inner):
         super().__init__(inner)
         self.asked = 0
+        self.budgets: list[float | None] = []  # budget_ms of each read
 
     def _asking(self, should_stop):
         if should_stop is None:
@@ -31,9 +34,10 @@ class InterruptibleRecorder(RecordingExecutor):
             return should_stop()
         return ask
 
-    def read(self, request, chunks, on_token, should_stop=None):
+    def read(self, request, chunks, on_token, should_stop=None, budget_ms=None):
         self.calls.append(("read", request.request_id, tuple(chunks)))
-        return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop)))
+        self.budgets.append(budget_ms)
+        return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms))
 
     def mixed(self, request, chunks, groups, on_token, should_stop=None):
         self.calls.append(("mixed", request.request_id, tuple(chunks)))
@@ -44,10 +48,10 @@ class ModeHarness(Harness):
     """The shared harness over the forwarding recorder (built without Harness's own scheduler, which
     would refuse the recorder that does not forward should_stop)."""
 
-    def __init__(self, **config):
+    def __init__(self, profile=TEST_PROFILE, **config):
         self.config = SchedulerConfig(**config)
         self.clock = FakeClock()
-        self.sim = SimExecutor(TEST_PROFILE, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
+        self.sim = SimExecutor(profile, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
         self.executor = InterruptibleRecorder(self.sim)
         self.sink = RecordingSink(self.clock)
         self.events = EventLog()
@@ -140,7 +144,7 @@ def test_the_modes_need_an_executor_that_can_be_interrupted():
 
     with pytest.raises(ValueError, match="STRATA_PIPED_READ_MIX=1 needs an executor with mixed"):
         Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), ReadOnly(), clock=lambda: 0.0, sink=None, events=EventLog())
-    with pytest.raises(ValueError, match=r"read\(\) takes should_stop"):
+    with pytest.raises(ValueError, match=r"read\(\) takes should_stop and budget_ms"):
         Scheduler(SchedulerConfig(batch=4, batch_groups=2, pause_target_ms=500.0), ReadOnly(), clock=lambda: 0.0, sink=None,
                   events=EventLog())
     Scheduler(SchedulerConfig(batch=4, batch_groups=2, piped_read_piece=512), ReadOnly(), clock=lambda: 0.0, sink=None,
@@ -148,7 +152,7 @@ def test_the_modes_need_an_executor_that_can_be_interrupted():
 
 
 # -- the pause target -------------------------------------------------------------------------------
-def test_pause_target_converges_on_the_largest_piece_that_fits_and_no_stream_pauses_much_longer():
+def test_pause_target_pieces_are_the_largest_runs_within_the_target():
     target_ms = 1000.0
     h = ModeHarness(**PIPED, pause_target_ms=target_ms)
     names = streams(h)
@@ -156,14 +160,30 @@ def test_pause_target_converges_on_the_largest_piece_that_fits_and_no_stream_pau
     h.add("join32k", 32 * K, max_tokens=8, at=6.0)
     stop_streams_after(h, names, "join32k")
     h.run()
+    for joiner in ("join64k", "join32k"):
+        sizes = [p.fields["tokens"] // 512 for p in h.events_of("PIECE", joiner)]
+        # TEST_PROFILE: 100 ms a run, 51.2 ms a chunk per stage: 100 + (k + 1) x 51.2 <= 1000 -> k = 16, from the first piece on
+        assert sizes[:-1] == [16] * (len(sizes) - 1) and 1 <= sizes[-1] <= 16
     pieces = [p for p in h.events_of("PIECE") if p.request_id.startswith("join")]
-    sizes = [p.fields["tokens"] // 512 for p in pieces]
-    # TEST_PROFILE: 100 ms a run, 51.2 ms a chunk per stage: 100 + (k + 1) x 51.2 <= 1000 -> k = 16
-    assert sizes[0] == 1 and sizes[1] == 16 and max(sizes) == 16  # one probe, then the fit
     assert all(p.fields["read_ms"] <= target_ms for p in pieces)
+    assert target_ms in h.executor.budgets
     budget = h.config.decode_max_ms + 50  # one budget and its drain
     assert longest_stream_gap(h, names, since=2.0) <= (target_ms + budget) / 1000
     assert_solo(h, names + ["join64k", "join32k"])
+
+
+def test_pause_target_follows_the_cost_of_attention_as_the_context_grows():
+    profile = replace(TEST_PROFILE, read_token_kctx_ms=0.01)  # attention: a chunk at 32K context costs ~4x one at 0
+    h = ModeHarness(profile=profile, **PIPED, pause_target_ms=1000.0)
+    names = streams(h, 2)
+    h.add("long", 48 * K, max_tokens=2, at=1.0)
+    stop_streams_after(h, names, "long")
+    h.run()
+    pieces = h.events_of("PIECE", "long")
+    sizes = [p.fields["tokens"] for p in pieces[:-1]]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > 2 * sizes[-1]  # later chunks cost more: fewer fit
+    # The estimate averages the last intervals, so it lags attention's growth by a little: 2% here.
+    assert all(p.fields["read_ms"] <= 1020.0 for p in pieces)
 
 
 def test_pause_target_takes_no_boundaries_when_nothing_decodes_and_no_one_waits():
@@ -189,34 +209,14 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
 
 
 # -- the pure functions -----------------------------------------------------------------------------
-def test_run_stage_tokens_counts_the_pipeline_fill():
-    assert run_stage_tokens(64, 64, 2) == 128
-    assert run_stage_tokens(16 * K, 1024, 2) == 17 * K
-    assert run_stage_tokens(1000, 488, 1) == 1000
-    with pytest.raises(ValueError, match="bad run shape"):
-        run_stage_tokens(100, 200, 2)
-
-
-def test_fit_run_cost_tells_the_fixed_cost_from_runs_of_different_sizes():
-    assert fit_run_cost([]) is None
-    fixed, per_token = fit_run_cost([(128, 650 + 12.8)])
-    assert fixed == 0.0 and per_token == pytest.approx(662.8 / 128)  # one size: all per token, over-estimating
-    samples = [(u, 650 + 0.1 * u) for u in (128, 2048, 12 * 1024)]
-    fixed, per_token = fit_run_cost(samples)
-    assert fixed == pytest.approx(650) and per_token == pytest.approx(0.1)
-    grown = samples + [(12 * 1024 + 1, 650 + 0.11 * (12 * 1024 + 1))]  # attention: the newest run costs more per token
-    assert fit_run_cost(grown)[1] > 0.1
-    with pytest.raises(ValueError, match="bad run sample"):
-        fit_run_cost([(0, 10.0)])
-
-
-def test_target_piece_chunks():
-    assert target_piece_chunks(2000.0, None, 1024, 2) == 1  # nothing measured yet: one chunk
-    assert target_piece_chunks(2000.0, (650.0, 0.1016), 1024, 2) == 11  # 650 + 12 x 104 = 1898 <= 2000
-    assert target_piece_chunks(500.0, (650.0, 0.1016), 1024, 2) == 1  # not even one fits: one
-    assert target_piece_chunks(1e9, (0.0, 0.1), 512, 2) == 32
-    with pytest.raises(ValueError, match="pause target"):
-        target_piece_chunks(0.0, (0.0, 1.0), 512, 2)
+def test_run_end_estimate():
+    assert run_end_estimate_ms([], 1, 0.0) is None and run_end_estimate_ms([750.0], 1, 750.0) is None  # no interval yet
+    assert run_end_estimate_ms([750.0, 850.0], 1, 850.0) == 1050.0  # the chunk in flight, then the new one
+    assert run_end_estimate_ms([0.0, 10.0, 20.0, 30.0, 40.0, 100.0], 0, 100.0) == 100.0 + (100.0 - 10.0) / 4  # the last 4
+    assert run_end_estimate_ms([], 1, 700.0, prior_interval_ms=100.0) == 900.0  # before two are out: the last run's interval
+    assert run_end_estimate_ms([750.0, 850.0], 1, 900.0, prior_interval_ms=5.0) == 1100.0  # this run's, from now
+    with pytest.raises(ValueError, match="in_flight"):
+        run_end_estimate_ms([1.0, 2.0], -1, 0.0)
 
 
 # -- the real torch pipeline ------------------------------------------------------------------------
