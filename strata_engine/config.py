@@ -161,6 +161,9 @@ class EngineConfig:
         """What runs each pipeline stage: a thread of this process or a process of its own."""
         if self.stage_workers != "auto":
             return self.stage_workers
+        # auto stays "thread" even for all-cpu stages: on the shared 2-core machine the process pipeline
+        # was not measured faster (1 group ~10% slower from the pipe hops; 2 groups at best 1.2x, and
+        # 0.6x like threads whenever the second core was busy). Revisit with bench_pipeline.py --stage-workers.
         return "thread"
 
     def resolved_batch_groups(self) -> int:
