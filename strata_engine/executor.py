@@ -94,6 +94,9 @@ class Executor(Protocol):
         groups: Sequence[Sequence["Request"]],
         on_token: OnToken,
         should_stop: Callable[[], bool] | None = None,
+        max_gap_ms: float | None = None,
     ) -> MixedResult:
         """Issue 7: read chunks[i] together with the decode tokens of groups[i % len(groups)] in one
-        micro-batch each, pipelined, draining only at the end. should_stop as in read."""
+        micro-batch each, pipelined, draining only at the end. should_stop as in read. max_gap_ms (a
+        pause target): a group rides only when skipping would leave it longer than that without a
+        token, by the run's measured chunk interval (scheduler.batch_read.ride_along)."""

@@ -17,7 +17,7 @@ from array import array
 from typing import Callable, Sequence
 
 from .executor import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
-from .scheduler.batch_read import run_end_estimate_ms, run_interval_ms
+from .scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
 from .scheduler.request import Phase, Request
 from .sim_profile import CostProfile, load_profile
 
@@ -241,17 +241,19 @@ class SimExecutor:
         return DecodeResult(end if rounds else 0.0, rounds, tokens)
 
     def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken,
-              should_stop: Callable[[], bool] | None = None) -> MixedResult:
+              should_stop: Callable[[], bool] | None = None, max_gap_ms: float | None = None) -> MixedResult:
         """Issue 7: micro-batch i carries chunk i plus the decode tokens of group i % G (when that group's
-        previous token is out), so the streams advance while the prompt is read. should_stop as in read."""
+        previous token is out), so the streams advance while the prompt is read. should_stop as in read;
+        with max_gap_ms a group rides only when due (batch_read.ride_along, by measured completions)."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
-        live_groups = [[list(g), p.read_run_ms] for g in groups if g]
+        live_groups = [[list(g), p.read_run_ms, 0.0] for g in groups if g]  # [requests, token out at, last token at]
         stage_free = [p.read_run_ms] * self.num_stages
         inflight: list = []
         decode_tokens, chunk_ms, done = 0, [], p.read_run_ms
-        read = 0
+        read = turn = 0
+        completions: list[float] = []
         for i, (start, end) in enumerate(chunks):
             issue = stage_free[0]
             decode_tokens += self._deliver_until(inflight, issue, on_token)
@@ -261,17 +263,24 @@ class SimExecutor:
                     break
             read += 1
             riders: list[Request] = []
-            if live_groups:
-                group = live_groups[i % len(live_groups)]
-                if group[1] <= issue:
+            interval = None
+            if max_gap_ms is not None:
+                interval = run_interval_ms([t for t in completions if t <= issue]) or self._read_interval_ms
+            for _ in range(len(live_groups)):  # the next group whose token is out (and, under a target, is due)
+                group = live_groups[turn % len(live_groups)]
+                turn += 1
+                if group[1] <= issue and (max_gap_ms is None or ride_along(issue - group[2], interval, self.num_stages, max_gap_ms)):
                     riders = [r for r in group[0] if r.phase is Phase.DECODING]
+                    if riders:
+                        break
             for rider in riders:
                 self._check_decode(rider)
             stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms([r.context_tokens for r in riders])
             done = self._through(stage_free, issue, stage_ms)
             chunk_ms.append(done - issue)
+            completions.append(done)
             if riders:
-                group[1] = done
+                group[1] = group[2] = done
                 heapq.heappush(inflight, (done, next(self._seq), riders))
         chunks = chunks[:read]
         self._wait_until(done)

@@ -14,7 +14,7 @@ import torch
 
 from .executor import DecodeResult, MixedResult, OnToken, RunResult
 from .pipeline import MicroBatch, Part, Pipeline
-from .scheduler.batch_read import run_end_estimate_ms, run_interval_ms
+from .scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
 from .scheduler.request import Phase, Request
 
 
@@ -138,10 +138,12 @@ class TorchExecutor:
         return DecodeResult((self.clock() - t0) * 1000.0, micro_batches // live_groups, tokens)
 
     # -- mixed (issue 7) -------------------------------------------------------------------------
-    def mixed(self, request, chunks, groups, on_token, should_stop=None) -> MixedResult:
+    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None) -> MixedResult:
         """Each micro-batch carries one read chunk plus the decode tokens of one group, so decoding
         slots advance every micro-batch and nothing drains until the run's end. should_stop is asked
-        before each chunk after the first; True ends the run there (the chunks in flight finish)."""
+        before each chunk after the first; True ends the run there (the chunks in flight finish).
+        With max_gap_ms a group rides only when skipping would leave it longer than that without a
+        token (batch_read.ride_along over the measured completions)."""
         t0 = self.clock()
         live = [gi for gi in range(len(groups)) if self._live(groups[gi])]
         pending = list(chunks)
@@ -150,6 +152,8 @@ class TorchExecutor:
         chunk_ms: list[float] = []
         submitted_at: dict[int, float] = {}
         busy: set[int] = set()  # groups with a micro-batch in flight
+        last_token = {gi: 0.0 for gi in live}  # ms since t0 of each group's last token
+        completions: list[float] = []
         errors: list[MicroBatch] = []
         first = None
         seq = 0
@@ -160,10 +164,13 @@ class TorchExecutor:
             parts = [self._read_part(request, start, end)]
             rows: list[Request] = []
             gi = None
-            for _ in range(len(live)):  # the next group with no token in flight
+            now = (self.clock() - t0) * 1000.0
+            interval = None if max_gap_ms is None else (run_interval_ms(completions) or self._read_interval_ms)
+            for _ in range(len(live)):  # the next group with no token in flight (and, under a target, due)
                 cand = live[next_group % len(live)]
                 next_group += 1
-                if cand not in busy:
+                due = max_gap_ms is None or ride_along(now - last_token[cand], interval, self.num_stages, max_gap_ms)
+                if cand not in busy and due:
                     rows = self._live(groups[cand])
                     if rows:
                         gi = cand
@@ -181,11 +188,13 @@ class TorchExecutor:
             mb = self.pipeline.get()
             index, gi, rows = mb.tag
             chunk_ms.append((self.clock() - submitted_at.pop(index)) * 1000.0)
+            completions.append((self.clock() - t0) * 1000.0)
             if mb.error is not None:
                 errors.append(mb)
                 continue
             if gi is not None:
                 busy.discard(gi)
+                last_token[gi] = completions[-1]
                 decode_tokens += self._deliver(rows, mb.parts[1].logits, on_token)
             if mb.parts[0].logits is not None:
                 first = request.payload.sampler.sample(mb.parts[0].logits[0])

@@ -107,6 +107,16 @@ def run_interval_ms(completions_ms: Sequence[float]) -> float | None:
     return (recent[-1] - recent[0]) / (len(recent) - 1)
 
 
+def ride_along(since_token_ms: float, interval_ms: float | None, num_stages: int, max_gap_ms: float) -> bool:
+    """Issue 7's mixed read under a pause target: should a group's decode tokens ride the micro-batch
+    issued now? Its token then comes S intervals from now; skipped, the next chance brings it S + 1
+    intervals from now. Ride when waiting would leave the group's streams more than max_gap_ms after
+    their last token (since_token_ms ago), or when no interval is measured yet."""
+    if interval_ms is None:
+        return True
+    return since_token_ms + (num_stages + 1) * interval_ms > max_gap_ms
+
+
 def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms: float,
                         prior_interval_ms: float | None = None) -> float | None:
     """Issue 7's pause target, measured inside a read run (times since the run's start): when the run

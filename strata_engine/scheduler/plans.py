@@ -47,6 +47,7 @@ class ReadPlan:
     slot: int | None = None  # the slot admission assigns
     lead_in_ms: float = 0.0  # decode budget to run before the read (0 = none)
     budget_ms: float | None = None  # issue 7's pause target: the run stops itself before passing it
+    max_gap_ms: float | None = None  # issue 7's mixed read under a pause target: decode tokens ride when due
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,18 @@ def unit_tokens(config: SchedulerConfig) -> int:
     """Prompt tokens in the next read unit (0 = all that is left, one run).
 
     Explicit pieces win. A mixed read is otherwise one run: its micro-batches carry the decode tokens,
-    so a piece would only add a run's fixed cost and a pause. A pause-target read is one run that
-    ends itself at the target (`read_budget_ms`) or at a give-way."""
+    so a piece would only add a run's fixed cost and a pause (a pause target spaces the decode tokens
+    instead: `mixed_gap_ms`). A pause-target read is one run that ends itself at the target
+    (`read_budget_ms`) or at a give-way."""
     if config.pipelined and config.piped_read_piece == 0:
         return 0
     return batch_read_piece(config.prefill_chunk, config.batch_groups, config.piped_read_piece)
+
+
+def mixed_gap_ms(config: SchedulerConfig, kind: str) -> float | None:
+    """A mixed read under a pause target carries a group's decode tokens only when the group would
+    otherwise wait longer than T for its next token: fewer decode rows, a cheaper read, no pause over T."""
+    return config.pause_target_ms if kind == "mix" and config.pause_target_ms > 0 else None
 
 
 def read_budget_ms(config: SchedulerConfig, kind: str, decoding: bool) -> float | None:
@@ -157,7 +165,8 @@ def plan_step(
         lead_in = 0.0
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=kind == "piece"):
             lead_in = piped_decode_budget_ms(last_unit_ms, config.decode_share, config.decode_min_ms, config.decode_max_ms)
-        return ReadPlan(active, tuple(chunks), kind, start, slot, lead_in, read_budget_ms(config, kind, bool(groups)))
+        return ReadPlan(active, tuple(chunks), kind, start, slot, lead_in, read_budget_ms(config, kind, bool(groups)),
+                        mixed_gap_ms(config, kind))
 
     if reading is not None:
         return read(reading.request, "continue", None, fresh=reading.units == 0)

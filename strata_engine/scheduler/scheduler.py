@@ -44,7 +44,7 @@ class Scheduler:
             raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
         self.interruptible = interruptible(config)
         if self.interruptible:
-            method, needs = ("mixed", ("should_stop",)) if self.kind == "mix" else ("read", ("should_stop", "budget_ms"))
+            method, needs = ("mixed", ("should_stop", "max_gap_ms")) if self.kind == "mix" else ("read", ("should_stop", "budget_ms"))
             missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
             if missing:
                 raise ValueError(f"issue 7's modes need an executor whose {method}() takes {' and '.join(missing)}; this one does not")
@@ -162,6 +162,8 @@ class Scheduler:
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
         if plan.budget_ms is not None:
             stop["budget_ms"] = plan.budget_ms
+        if plan.max_gap_ms is not None:
+            stop["max_gap_ms"] = plan.max_gap_ms
         try:
             if plan.kind == "mix":
                 result = self.executor.mixed(request, plan.chunks, groups, self._on_token, **stop)

@@ -24,6 +24,7 @@ class InterruptibleRecorder(RecordingExecutor):
         super().__init__(inner)
         self.asked = 0
         self.budgets: list[float | None] = []  # budget_ms of each read
+        self.gaps: list[float | None] = []  # max_gap_ms of each mixed run
 
     def _asking(self, should_stop):
         if should_stop is None:
@@ -39,9 +40,11 @@ class InterruptibleRecorder(RecordingExecutor):
         self.budgets.append(budget_ms)
         return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms))
 
-    def mixed(self, request, chunks, groups, on_token, should_stop=None):
+    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None):
         self.calls.append(("mixed", request.request_id, tuple(chunks)))
-        return self._keep(self.inner.mixed(request, chunks, groups, on_token, should_stop=self._asking(should_stop)))
+        self.gaps.append(max_gap_ms)
+        return self._keep(self.inner.mixed(request, chunks, groups, on_token, should_stop=self._asking(should_stop),
+                                           max_gap_ms=max_gap_ms))
 
 
 class ModeHarness(Harness):
@@ -126,16 +129,28 @@ def test_a_cancelled_mixed_read_stops_at_the_next_chunk_not_the_run_end():
     assert h.requests["long"].finish_reason == "cancelled"
 
 
-def test_mixed_read_ignores_the_pause_target():
-    h = ModeHarness(**PIPED, read_mix=1, pause_target_ms=300.0)
-    names = streams(h, 2)
-    h.add("long", 20_000, max_tokens=2, at=1.0)
-    stop_streams_after(h, names, "long")
-    h.run()
-    assert [m.fields["tokens"] for m in h.events_of("MIX", "long")] == [20_000]  # one run: pieces would only add pauses
+def test_mixed_read_under_a_pause_target_spaces_the_decode_tokens_up_to_the_target():
+    def run(target_ms):
+        h = ModeHarness(**PIPED, read_mix=1, pause_target_ms=target_ms)
+        names = streams(h)
+        h.add("long", 40_000, max_tokens=2, at=1.0)
+        stop_streams_after(h, names, "long")
+        h.run()
+        mix = h.events_of("MIX", "long")
+        assert [m.fields["tokens"] for m in mix] == [40_000]  # one run: a piece would only add a pause
+        start = h.events_of("READ_START", "long")[0].t + TEST_PROFILE.read_run_ms / 1000  # the run's fixed cost is paid once
+        done = h.events_of("READ_DONE", "long")[0].t
+        gap = max(h.sink.longest_gap(n, since=start, until=done) for n in names)
+        assert_solo(h, names + ["long"])
+        return mix[0].fields["decode_tokens"], mix[0].fields["read_ms"], gap
+
+    every_tokens, every_ms, every_gap = run(0.0)
+    spaced_tokens, spaced_ms, spaced_gap = run(500.0)
+    assert spaced_tokens < every_tokens / 2 and spaced_ms < every_ms  # fewer decode rows: a cheaper read
+    assert every_gap < spaced_gap <= 0.5  # but no stream waits longer than the target
 
 
-def test_the_modes_need_an_executor_that_can_be_interrupted():
+def test_the_modes_need_an_executor_that_takes_their_arguments():
     class ReadOnly:
         num_stages = 2
 
@@ -144,6 +159,13 @@ def test_the_modes_need_an_executor_that_can_be_interrupted():
 
     with pytest.raises(ValueError, match="STRATA_PIPED_READ_MIX=1 needs an executor with mixed"):
         Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), ReadOnly(), clock=lambda: 0.0, sink=None, events=EventLog())
+
+    class OldMixer(ReadOnly):
+        def mixed(self, request, chunks, groups, on_token, should_stop=None):
+            raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match=r"mixed\(\) takes max_gap_ms"):
+        Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), OldMixer(), clock=lambda: 0.0, sink=None, events=EventLog())
     with pytest.raises(ValueError, match=r"read\(\) takes should_stop and budget_ms"):
         Scheduler(SchedulerConfig(batch=4, batch_groups=2, pause_target_ms=500.0), ReadOnly(), clock=lambda: 0.0, sink=None,
                   events=EventLog())
@@ -230,7 +252,9 @@ def torch_solo():
         return {name: engine.generate([p], GREEDY)[0].token_ids for name, p in PROMPTS.items()}
 
 
-@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"}], ids=["mixed", "target"])
+@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
+                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"}],
+                         ids=["mixed", "target", "mixed-target"])
 def test_torch_pipeline_interleaved_equals_solo(torch_solo, env):
     """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
     from test_pieces_e2e import CHUNK, GREEDY, LONG, PROMPTS
