@@ -22,7 +22,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from .pipeline import MicroBatch, Part, StagePlan
