@@ -174,7 +174,8 @@ class SimExecutor:
                     break
                 if budget_ms is not None:
                     measured = [t for t in completions if t <= issue]
-                    estimate = run_end_estimate_ms(measured, len(completions) - len(measured), issue, self._read_interval_ms)
+                    estimate = run_end_estimate_ms(measured, len(completions) - len(measured), issue, self._read_interval_ms,
+                                                   self.num_stages)
                     if estimate is not None and estimate > budget_ms:
                         break
             done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))

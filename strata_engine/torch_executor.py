@@ -78,7 +78,7 @@ class TorchExecutor:
         if budget_ms is None:
             return False
         now = (self.clock() - t0) * 1000.0
-        estimate = run_end_estimate_ms(completions, self.pipeline.in_flight, now, self._read_interval_ms)
+        estimate = run_end_estimate_ms(completions, self.pipeline.in_flight, now, self._read_interval_ms, self.num_stages)
         return estimate is not None and estimate > budget_ms
 
     # -- decode --------------------------------------------------------------------------------

@@ -118,17 +118,21 @@ def ride_along(since_token_ms: float, interval_ms: float | None, num_stages: int
 
 
 def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms: float,
-                        prior_interval_ms: float | None = None) -> float | None:
+                        prior_interval_ms: float | None = None, num_stages: int = 1) -> float | None:
     """Issue 7's pause target, measured inside a read run (times since the run's start): when the run
     would end if one more chunk were issued now. The new chunk ends (in_flight + 1) intervals after
     the later of now and the last completion; the interval is this run's (run_interval_ms) once two
-    chunks are out, before that `prior_interval_ms` (the executor's previous run's). The run's fixed
-    cost is inside the times already. None when there is no interval to go by."""
+    chunks are out, before that `prior_interval_ms` (the executor's previous run's), and with neither
+    but one completion, that completion over the stage count: the first chunk crossed every stage after
+    the run's fixed cost, so this over-estimates (safe). The run's fixed cost is inside the times
+    already. None when nothing is known yet."""
     if in_flight < 0:
         raise ValueError(f"in_flight must be >= 0, got {in_flight}")
     interval = run_interval_ms(completions_ms)
     if interval is None:
         interval = prior_interval_ms
+    if interval is None and completions_ms:
+        interval = completions_ms[0] / num_stages
     if interval is None:
         return None
     return max(now_ms, completions_ms[-1] if completions_ms else 0.0) + (in_flight + 1) * interval

@@ -232,7 +232,8 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
 
 # -- the pure functions -----------------------------------------------------------------------------
 def test_run_end_estimate():
-    assert run_end_estimate_ms([], 1, 0.0) is None and run_end_estimate_ms([750.0], 1, 750.0) is None  # no interval yet
+    assert run_end_estimate_ms([], 1, 0.0) is None  # nothing known yet
+    assert run_end_estimate_ms([750.0], 1, 750.0, num_stages=2) == 750.0 + 2 * 375.0  # one out: at most 750 / 2 a chunk
     assert run_end_estimate_ms([750.0, 850.0], 1, 850.0) == 1050.0  # the chunk in flight, then the new one
     assert run_end_estimate_ms([0.0, 10.0, 20.0, 30.0, 40.0, 100.0], 0, 100.0) == 100.0 + (100.0 - 10.0) / 4  # the last 4
     assert run_end_estimate_ms([], 1, 700.0, prior_interval_ms=100.0) == 900.0  # before two are out: the last run's interval
