@@ -50,8 +50,10 @@ class TorchExecutor:
             results = self.pipeline.drain()
         else:  # issue 7: one chunk more than the stages in flight; each further one only if allowed
             results, pending, completions = [], list(chunks), []
+            blind = budget_ms is not None and self._read_interval_ms is None  # nothing measured yet: one chunk first
             while pending or self.pipeline.in_flight:
-                if pending and self.pipeline.in_flight < self.num_stages + 1:
+                depth = 1 if blind and not completions else self.num_stages + 1
+                if pending and self.pipeline.in_flight < depth:
                     if len(pending) < len(chunks) and self._stop_run(should_stop, budget_ms, completions, t0):
                         chunks = chunks[:len(chunks) - len(pending)]
                         pending = []
