@@ -2,7 +2,9 @@
 
 Contract: small functions of plain numbers, no state, no clock. The scheduler calls them to decide
 how many prompt tokens one read unit covers, how long the decoding slots run after a piece, and
-whether a read starts with a lead-in. Bad arguments raise ValueError naming the argument.
+whether a read starts with a lead-in; the executors call issue 7's (`run_end_estimate_ms`,
+`ride_along`) inside a run, so the torch and simulated executors follow one rule. Bad arguments raise
+ValueError naming the argument.
 """
 from __future__ import annotations
 
