@@ -29,7 +29,7 @@ ENV_HELP = {
     "STRATA_PIPED_DECODE_MIN_MS": "floor of the decode budget after a piece (ms)",
     "STRATA_PIPED_DECODE_MAX_MS": "cap of the decode budget after a piece (ms)",
     "STRATA_PIPED_READ_MIX": "1 = mixed read: every micro-batch carries one read chunk plus a group's decode tokens",
-    "STRATA_PIPED_PAUSE_TARGET_MS": "size pieces from measured chunk cost so no stream pauses longer than T ms",
+    "STRATA_PIPED_PAUSE_TARGET_MS": "while a slot decodes, end each read run before T ms (predicted from the run's own measured chunk times); with the mixed read, decode tokens ride only when due; 0 = off",
 }
 
 

@@ -68,22 +68,6 @@ def batch_read_piece(chunk: int, batch_groups: int, piece_tokens: int = 0) -> in
     return piped_read_piece(piece_tokens, chunk)
 
 
-def piece_chunks_for_target(target_ms: float, ms_per_chunk: float | None, max_chunks: int = MAX_PIECE_CHUNKS) -> int:
-    """Issue 7's pause target: the most whole chunks whose estimated time stays within target_ms.
-
-    `ms_per_chunk` is the measured cost of recent chunks (None before anything was measured: one
-    chunk, the cautious start). The estimate includes each run's fixed cost spread over its chunks, so
-    repeated measurement converges on the largest piece that fits (k with fixed + k x per_chunk = target).
-    """
-    if target_ms <= 0:
-        raise ValueError(f"pause target must be > 0 ms, got {target_ms}")
-    if max_chunks < 1:
-        raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
-    if ms_per_chunk is None or ms_per_chunk <= 0:
-        return 1
-    return min(max(int(target_ms // ms_per_chunk), 1), max_chunks)
-
-
 def next_read_chunks(tokens_read: int, prompt_tokens: int, chunk: int, unit_tokens: int) -> list[tuple[int, int]]:
     """The chunks [start, end) of the next read unit, from `tokens_read` on.
 

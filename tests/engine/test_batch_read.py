@@ -11,7 +11,6 @@ from strata_engine.scheduler.batch_read import (
     MAX_PIECE_CHUNKS,
     batch_read_piece,
     next_read_chunks,
-    piece_chunks_for_target,
     piped_decode_budget_ms,
     piped_read_lead_in,
     piped_read_piece,
@@ -101,24 +100,6 @@ def test_pipelined_groups_read_one_run_unless_pieces_are_set():
     assert batch_read_piece(512, 2) == 0  # issue #1906's question 3
     assert batch_read_piece(512, 2, 16384) == 16384
     assert batch_read_piece(512, 3, 100000) == 32 * 512
-
-
-# -- piece_chunks_for_target ------------------------------------------------------------------------
-def test_pause_target_chunks():
-    assert piece_chunks_for_target(2000.0, None) == 1  # nothing measured yet: start small
-    assert piece_chunks_for_target(2000.0, 100.0) == 20
-    assert piece_chunks_for_target(2000.0, 5000.0) == 1
-    assert piece_chunks_for_target(2000.0, 1.0) == MAX_PIECE_CHUNKS
-    with pytest.raises(ValueError, match="pause target"):
-        piece_chunks_for_target(0.0, 10.0)
-
-
-def test_pause_target_converges_on_the_largest_piece_that_fits():
-    fixed, per_chunk, target = 700.0, 57.0, 2000.0  # a run's fixed cost dominates small pieces
-    chunks = piece_chunks_for_target(target, None)
-    for _ in range(30):
-        chunks = piece_chunks_for_target(target, (fixed + chunks * per_chunk) / chunks)
-    assert chunks == int((target - fixed) // per_chunk)  # 22: the largest k with fixed + k x per_chunk <= target
 
 
 # -- next_read_chunks -------------------------------------------------------------------------------
