@@ -61,6 +61,18 @@ class RecordingExecutor:
         self.calls: list[tuple[str, Any, Any]] = []
         self.results: dict[int, Any] = {}  # index into calls -> what that read/decode/mixed returned
         self.fail_read: set[str] = set()
+        self.asked = 0  # how often a run asked should_stop (issue 7's interruptible runs)
+        self.budgets: list[float | None] = []  # budget_ms of each read
+        self.gaps: list[float | None] = []  # max_gap_ms of each mixed run
+
+    def _asking(self, should_stop):
+        if should_stop is None:
+            return None
+
+        def ask() -> bool:
+            self.asked += 1
+            return should_stop()
+        return ask
 
     def prepare_slot(self, slot: int) -> None:
         self.calls.append(("prepare", slot, None))
@@ -70,19 +82,22 @@ class RecordingExecutor:
         self.calls.append(("free", slot, None))
         self.inner.free_slot(slot)
 
-    def read(self, request, chunks, on_token):
+    def read(self, request, chunks, on_token, should_stop=None, budget_ms=None):
         self.calls.append(("read", request.request_id, tuple(chunks)))
+        self.budgets.append(budget_ms)
         if request.request_id in self.fail_read:
             raise RuntimeError(f"read failure for {request.request_id}")
-        return self._keep(self.inner.read(request, chunks, on_token))
+        return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms))
 
     def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None):
         self.calls.append(("decode", tuple(len(g) for g in groups), budget_ms))
         return self._keep(self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop))
 
-    def mixed(self, request, chunks, groups, on_token):
+    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None):
         self.calls.append(("mixed", request.request_id, tuple(chunks)))
-        return self._keep(self.inner.mixed(request, chunks, groups, on_token))
+        self.gaps.append(max_gap_ms)
+        return self._keep(self.inner.mixed(request, chunks, groups, on_token, should_stop=self._asking(should_stop),
+                                           max_gap_ms=max_gap_ms))
 
     def _keep(self, result: Any) -> Any:
         self.results[len(self.calls) - 1] = result

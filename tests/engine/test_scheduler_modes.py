@@ -8,58 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import TEST_PROFILE, FakeClock, Harness, RecordingExecutor, RecordingSink
+from fakes import TEST_PROFILE, Harness
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
 from strata_engine.scheduler.batch_read import run_end_estimate_ms
 from strata_engine.scheduler.scheduler import Scheduler
-from strata_engine.sim import SimExecutor
 from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
-
-
-class InterruptibleRecorder(RecordingExecutor):
-    """The shared recorder, forwarding should_stop and budget_ms (issue 7's modes need them), counting asks."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.asked = 0
-        self.budgets: list[float | None] = []  # budget_ms of each read
-        self.gaps: list[float | None] = []  # max_gap_ms of each mixed run
-
-    def _asking(self, should_stop):
-        if should_stop is None:
-            return None
-
-        def ask() -> bool:
-            self.asked += 1
-            return should_stop()
-        return ask
-
-    def read(self, request, chunks, on_token, should_stop=None, budget_ms=None):
-        self.calls.append(("read", request.request_id, tuple(chunks)))
-        self.budgets.append(budget_ms)
-        return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms))
-
-    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None):
-        self.calls.append(("mixed", request.request_id, tuple(chunks)))
-        self.gaps.append(max_gap_ms)
-        return self._keep(self.inner.mixed(request, chunks, groups, on_token, should_stop=self._asking(should_stop),
-                                           max_gap_ms=max_gap_ms))
-
-
-class ModeHarness(Harness):
-    """The shared harness over the forwarding recorder (built without Harness's own scheduler, which
-    would refuse the recorder that does not forward should_stop)."""
-
-    def __init__(self, profile=TEST_PROFILE, **config):
-        self.config = SchedulerConfig(**config)
-        self.clock = FakeClock()
-        self.sim = SimExecutor(profile, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
-        self.executor = InterruptibleRecorder(self.sim)
-        self.sink = RecordingSink(self.clock)
-        self.events = EventLog()
-        self.scheduler = Scheduler(self.config, self.executor, clock=self.clock, sink=self.sink, events=self.events)
-        self.requests = {}
 
 
 def assert_solo(h: Harness, names: list[str]) -> None:
@@ -70,7 +24,7 @@ def assert_solo(h: Harness, names: list[str]) -> None:
 
 # -- the mixed read ---------------------------------------------------------------------------------
 def test_mixed_read_keeps_the_streams_going_during_a_long_read():
-    h = ModeHarness(**PIPED, read_mix=1)
+    h = Harness(**PIPED, read_mix=1)
     names = streams(h)
     h.add("join64k", 64 * K, max_tokens=8, at=2.0)
     stop_streams_after(h, names, "join64k")
@@ -86,7 +40,7 @@ def test_mixed_read_keeps_the_streams_going_during_a_long_read():
 
 
 def test_mixed_read_gives_way_at_the_next_chunk_boundary():
-    h = ModeHarness(**PIPED, read_mix=1)
+    h = Harness(**PIPED, read_mix=1)
     names = streams(h, 2)
     h.add("D", 40_000, max_tokens=2, at=1.0)
     h.add("E", 100, max_tokens=2, at=2.5)
@@ -105,7 +59,7 @@ def test_mixed_read_gives_way_at_the_next_chunk_boundary():
 
 
 def test_mixed_read_with_pieces_still_gives_way():
-    h = ModeHarness(**PIPED, read_mix=1, piped_read_piece=8 * K)
+    h = Harness(**PIPED, read_mix=1, piped_read_piece=8 * K)
     names = streams(h, 2)
     h.add("D", 40_000, max_tokens=2, at=1.0)
     h.add("E", 100, max_tokens=2, at=1.5)
@@ -118,7 +72,7 @@ def test_mixed_read_with_pieces_still_gives_way():
 
 
 def test_a_cancelled_mixed_read_stops_at_the_next_chunk_not_the_run_end():
-    h = ModeHarness(**PIPED, read_mix=1)
+    h = Harness(**PIPED, read_mix=1)
     names = streams(h, 2)
     h.add("long", 64 * K, max_tokens=2, at=1.0)
     h.cancel_at(2.0, "long")
@@ -131,7 +85,7 @@ def test_a_cancelled_mixed_read_stops_at_the_next_chunk_not_the_run_end():
 
 def test_mixed_read_under_a_pause_target_spaces_the_decode_tokens_up_to_the_target():
     def run(target_ms):
-        h = ModeHarness(**PIPED, read_mix=1, pause_target_ms=target_ms)
+        h = Harness(**PIPED, read_mix=1, pause_target_ms=target_ms)
         names = streams(h)
         h.add("long", 40_000, max_tokens=2, at=1.0)
         stop_streams_after(h, names, "long")
@@ -176,7 +130,7 @@ def test_the_modes_need_an_executor_that_takes_their_arguments():
 # -- the pause target -------------------------------------------------------------------------------
 def test_pause_target_pieces_are_the_largest_runs_within_the_target():
     target_ms = 1000.0
-    h = ModeHarness(**PIPED, pause_target_ms=target_ms)
+    h = Harness(**PIPED, pause_target_ms=target_ms)
     names = streams(h)
     h.add("join64k", 64 * K, max_tokens=8, at=2.0)
     h.add("join32k", 32 * K, max_tokens=8, at=6.0)
@@ -196,7 +150,7 @@ def test_pause_target_pieces_are_the_largest_runs_within_the_target():
 
 def test_pause_target_follows_the_cost_of_attention_as_the_context_grows():
     profile = replace(TEST_PROFILE, read_token_kctx_ms=0.01)  # attention: a chunk at 32K context costs ~4x one at 0
-    h = ModeHarness(profile=profile, **PIPED, pause_target_ms=1000.0)
+    h = Harness(profile=profile, **PIPED, pause_target_ms=1000.0)
     names = streams(h, 2)
     h.add("long", 48 * K, max_tokens=2, at=1.0)
     stop_streams_after(h, names, "long")
@@ -209,7 +163,7 @@ def test_pause_target_follows_the_cost_of_attention_as_the_context_grows():
 
 
 def test_pause_target_takes_no_boundaries_when_nothing_decodes_and_no_one_waits():
-    h = ModeHarness(**PIPED, pause_target_ms=500.0)
+    h = Harness(**PIPED, pause_target_ms=500.0)
     h.add("alone", 45 * K, max_tokens=1)
     h.run()
     assert [c[0] for c in h.executor.calls if c[0] in ("read", "decode")] == ["read"]
@@ -217,7 +171,7 @@ def test_pause_target_takes_no_boundaries_when_nothing_decodes_and_no_one_waits(
 
 
 def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundary():
-    h = ModeHarness(**PIPED, pause_target_ms=500.0)
+    h = Harness(**PIPED, pause_target_ms=500.0)
     h.add("read45k", 45 * K, max_tokens=4)
     h.add("question", 24, max_tokens=1, at=1.0)  # done with its first token: nothing decodes after it
     h.run()
