@@ -68,7 +68,7 @@ def client_main() -> None:
 
 # ---- the engine process --------------------------------------------------------------------------
 def api_round(engine, prompts: list[str], max_tokens: int) -> dict:
-    from strata_engine.sampling import SamplingParams
+    from strata_engine.params import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
     last = [0.0]

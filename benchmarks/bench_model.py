@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from strata_engine.kv_cache import KVCache  # noqa: E402
+from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
 

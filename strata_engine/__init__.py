@@ -6,7 +6,8 @@ pipelined batch groups and the piecewise read of PR 2050.
         print(engine.generate(["def add(a, b):"], SamplingParams(max_tokens=16))[0].text)
 """
 from .config import EngineConfig, SchedulerConfig
-from .sampling import RequestError, SamplingParams
+from .errors import RequestError
+from .params import SamplingParams
 
 __all__ = ["Engine", "EngineConfig", "SchedulerConfig", "SamplingParams", "RequestError"]
 

@@ -47,8 +47,8 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
     from .model.tokenizer import load_tokenizer
     from .model.weights import load_model, read_config, resolve_model_path
-    from .pipeline import Pipeline, plan_stages, split_layers
-    from .torch_executor import TorchExecutor
+    from .runtime.pipeline import Pipeline, plan_stages, split_layers
+    from .executors.torch_executor import TorchExecutor
 
     device = config.device or _default_device()
     dtype = _dtype(config.dtype, device)
@@ -64,7 +64,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         threads = max(1, (os.cpu_count() or 1) // len(stages))
     workers = config.stage_workers_for([s.device for s in stages])
     if workers == "process":  # each stage process loads its own layers; the parent holds no weights
-        from .stage_process import ProcessPipeline
+        from .runtime.stage_process import ProcessPipeline
 
         pipeline = ProcessPipeline(config.model, stages, sched.batch, sched.ctx, dtype, threads=threads)
     else:
@@ -89,7 +89,7 @@ def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], 
     import time
 
     from .model.tokenizer import ByteTokenizer
-    from .sim import SimExecutor, load_profile
+    from .executors.sim import SimExecutor, load_profile
 
     profile = load_profile(config.sim_profile or "pr2050-2x5090")
     tokenizer = ByteTokenizer()

@@ -151,7 +151,8 @@ def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_mo
 def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top_k: int, sample_seed: int | None,
              stop: tuple[str, ...], ignore_eos: bool, prompt_ids: bool, show_ids: bool, **options: Any) -> None:
     """Generate from PROMPT ('-' reads stdin) and stream the text to stdout; timing goes to stderr."""
-    from .sampling import RequestError, SamplingParams
+    from .errors import RequestError
+from .params import SamplingParams
 
     config = engine_config(options)
     text = sys.stdin.read() if prompt == "-" else prompt
@@ -170,7 +171,7 @@ def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top
 
 
 def _stream_to_terminal(engine: Any, prompt: Any, params: Any, show_ids: bool) -> None:
-    from .sampling import RequestError
+    from .errors import RequestError
 
     started = time.perf_counter()
     first = None

@@ -18,9 +18,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .config import EngineConfig
 from .events import EventLog
-from .executor import SampledToken
+from .executors.protocol import SampledToken
 from .outputs import Completion, Finished, RequestHandle, RequestState, TokenOutput
-from .sampling import RequestError, SamplingParams
+from .errors import RequestError
+from .params import SamplingParams
 from .scheduler.request import Request
 from .scheduler.scheduler import Scheduler
 
@@ -178,7 +179,7 @@ class Engine:
     def _make_sampler(self, params: SamplingParams, seed: int) -> Any:
         if self.config.executor == "sim":
             return None
-        from .sampler import Sampler
+        from .runtime.sampler import Sampler
 
         return Sampler(params, seed)
 

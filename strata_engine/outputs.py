@@ -10,8 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .executor import SampledToken
-from .sampling import SamplingParams
+from .executors.protocol import SampledToken
+from .params import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class RequestState:
     deliver: Callable[[TokenOutput | Finished], None]
     clock: Callable[[], float]
     seed: int = 0
-    sampler: Any = None  # torch executor: a strata_engine.sampler.Sampler
+    sampler: Any = None  # torch executor: a strata_engine.runtime.sampler.Sampler
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     emitted_chars: int = 0

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kv_cache import KVCache, LayerKV
+from ..runtime.kv_cache import KVCache, LayerKV
 from .attention import attend_row
 from .config import ModelConfig
 

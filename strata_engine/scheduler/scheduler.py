@@ -16,8 +16,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
-from ..executor import DecodeResult, Executor, SampledToken
-from ..sampling import RequestError
+from ..executors.protocol import DecodeResult, Executor, SampledToken
+from ..errors import RequestError
 from .plans import (ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, give_way_candidate, interruptible,
                     plan_boundary, plan_step, read_kind)
 from .request import Phase, Request

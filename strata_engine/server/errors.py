@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..sampling import RequestError
+from ..errors import RequestError
 
 log = logging.getLogger("strata_engine.server")
 

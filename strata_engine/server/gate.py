@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import APIError
 
 if TYPE_CHECKING:
-    from .app import ServerState
+    from .state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
 KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/engine", "/v1/events", "/v1/completions",

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..sampling import RequestError, SamplingParams
+from ..errors import RequestError
+from ..params import SamplingParams
 
 
 class _Strict(BaseModel):

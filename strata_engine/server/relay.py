@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from .errors import APIError
 
 if TYPE_CHECKING:
-    from .app import ServerState
+    from .state import ServerState
 
 _GONE = object()  # queued when the client disconnects, so a waiting reader wakes at once
 

@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from ..sampling import RequestError
-from .app import ServerState, read_json
+from ..errors import RequestError
+from .state import ServerState, read_json
 from .errors import APIError, from_validation_error
 from .protocol import ChatRequest, CompletionRequest, check_max_tokens
 from .relay import EventStream, Relay, sse

@@ -21,7 +21,7 @@ from typing import Callable
 
 from strata_engine.events import EngineEvent, EventLog
 from strata_engine.outputs import Completion, Finished, TokenOutput
-from strata_engine.sampling import RequestError, SamplingParams
+from strata_engine import RequestError, SamplingParams
 
 EOS = 256
 ALPHABET = b"abcdefghijklmnopqrstuvwxyz ,."

@@ -181,7 +181,7 @@ def test_help_explains_every_flag_and_the_environment_variables():
 
 def test_generate_streams_the_python_apis_greedy_output():
     from strata_engine.engine import Engine
-    from strata_engine.sampling import SamplingParams
+    from strata_engine.params import SamplingParams
 
     engine = Engine.from_pretrained(executor="sim", time_scale=50.0, ctx=8192, log_events=False)
     with engine:

@@ -6,7 +6,7 @@ import pytest
 
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
-from strata_engine.sampling import RequestError
+from strata_engine.errors import RequestError
 
 PROMPTS = [
     "def fibonacci(n):\n    ",

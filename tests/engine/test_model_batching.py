@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import ARCHITECTURES, assert_tokens_equal, greedy
-from strata_engine.kv_cache import KVCache
+from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model
 
 NEW_TOKENS = 20

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import ARCHITECTURES, assert_tokens_equal, greedy
-from strata_engine.kv_cache import KVCache
+from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model
 
 PROMPT_LEN, NEW_TOKENS = 24, 32

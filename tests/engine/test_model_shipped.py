@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import assert_tokens_equal, greedy
-from strata_engine.kv_cache import KVCache
+from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model, load_tokenizer, resolve_model_path
 from strata_engine.model.tokenizer import ByteTokenizer
 

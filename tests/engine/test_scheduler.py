@@ -285,7 +285,7 @@ def test_sink_finish_reason_and_context_backstop():
 
 
 def test_add_rejects_what_the_context_cannot_hold_and_duplicate_ids():
-    from strata_engine.sampling import RequestError
+    from strata_engine.errors import RequestError
 
     h = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=128)
     with pytest.raises(RequestError, match="context holds 128"):
@@ -298,6 +298,6 @@ def test_add_rejects_what_the_context_cannot_hold_and_duplicate_ids():
 
 
 def test_scheduler_package_imports_no_torch():
-    code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.sim, strata_engine.sim_calibrate; print('torch' in sys.modules)"
+    code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.executors.sim, strata_engine.executors.sim_calibrate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

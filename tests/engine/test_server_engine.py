@@ -12,7 +12,7 @@ import pytest
 
 from fake_engine import serving
 
-from strata_engine.sampling import SamplingParams
+from strata_engine.params import SamplingParams
 
 import strata_engine.engine as engine_mod
 from server_helpers import wait_for

@@ -13,7 +13,7 @@ import pytest
 
 from fake_engine import FakeEngine, serving
 
-from strata_engine.sampling import SamplingParams
+from strata_engine.params import SamplingParams
 from server_helpers import metric, wait_for
 
 

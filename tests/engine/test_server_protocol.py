@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from strata_engine.outputs import Completion, TokenOutput
-from strata_engine.sampling import RequestError
+from strata_engine.errors import RequestError
 from strata_engine.server.errors import from_validation_error
 from strata_engine.server.protocol import ChatRequest, CompletionRequest
 from strata_engine.server.render import Render

@@ -9,8 +9,8 @@ import pytest
 
 from fakes import TEST_PROFILE, FakeClock
 from strata_engine.scheduler.request import Phase, Request
-from strata_engine.sim import SimExecutor
-from strata_engine.sim_profile import CostProfile, available_profiles, load_profile
+from strata_engine.executors.sim import SimExecutor
+from strata_engine.executors.sim_profile import CostProfile, available_profiles, load_profile
 
 
 def make(profile: CostProfile = TEST_PROFILE, **kw) -> tuple[SimExecutor, FakeClock]:

@@ -12,8 +12,8 @@ from strata_engine import SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.engine import Engine
 from strata_engine.model.weights import load_model
-from strata_engine.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
-from strata_engine.stage_process import ProcessPipeline, StageError, StageProcessError, _from_wire, _to_wire
+from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
+from strata_engine.runtime.stage_process import ProcessPipeline, StageError, StageProcessError, _from_wire, _to_wire
 
 MODEL = "strata-tiny-moe"
 PROMPTS = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n        self.",

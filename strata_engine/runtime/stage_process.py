@@ -87,7 +87,7 @@ def _portable(exc: BaseException, stage: int) -> BaseException:
 # -- the stage process ----------------------------------------------------------------------------
 def _build(spec: StageSpec):
     from .kv_cache import KVCache
-    from .model.weights import load_model
+    from ..model.weights import load_model
 
     dtype = getattr(torch, spec.dtype)
     device = spec.plan.device

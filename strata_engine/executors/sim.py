@@ -16,9 +16,9 @@ import math
 from array import array
 from typing import Callable, Sequence
 
-from .executor import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
-from .scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
-from .scheduler.request import Phase, Request
+from .protocol import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
+from ..scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
+from ..scheduler.request import Phase, Request
 from .sim_profile import CostProfile, load_profile
 
 __all__ = ["SimExecutor", "CostProfile", "load_profile"]

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from .app import ServerState
+from .state import ServerState
 from .errors import APIError
 from .render import dumps
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from .scheduler.request import Request
+    from ..scheduler.request import Request
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from .executor import DecodeResult, MixedResult, OnToken, RunResult
-from .pipeline import MicroBatch, Part, Pipeline
-from .scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
-from .scheduler.request import Phase, Request
+from .protocol import DecodeResult, MixedResult, OnToken, RunResult
+from ..runtime.pipeline import MicroBatch, Part, Pipeline
+from ..scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
+from ..scheduler.request import Phase, Request
 
 
 class TorchExecutor:

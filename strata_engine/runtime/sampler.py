@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .executor import SampledToken
-from .sampling import SamplingParams
+from ..executors.protocol import SampledToken
+from ..params import SamplingParams
 
 
 class Sampler:

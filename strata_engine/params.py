@@ -7,13 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-class RequestError(ValueError):
-    """A request is invalid; `field` names the offending parameter (used for OpenAI-style 4xx)."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+from .errors import RequestError
 
 
 @dataclass(frozen=True)
