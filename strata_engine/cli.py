@@ -113,8 +113,9 @@ def main() -> None:
 @click.option("--served-model-name", default=None, help="Model id shown by /v1/models (default: the engine's).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=8 * 1024 * 1024, show_default=True,
               help="Larger request bodies get 413.")
-@click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are cancelled.")
+@click.option("--drain-timeout", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="On SIGTERM/SIGINT, seconds in-flight requests get to finish; then each open stream ends "
+                   "with an error event naming the shutdown, and the server exits.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True, help="Server log level (stderr).")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
@@ -152,7 +153,7 @@ def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top
              stop: tuple[str, ...], ignore_eos: bool, prompt_ids: bool, show_ids: bool, **options: Any) -> None:
     """Generate from PROMPT ('-' reads stdin) and stream the text to stdout; timing goes to stderr."""
     from .errors import RequestError
-from .params import SamplingParams
+    from .params import SamplingParams
 
     config = engine_config(options)
     text = sys.stdin.read() if prompt == "-" else prompt
