@@ -28,7 +28,9 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as err:
         raise OSError(f"cannot resolve --host {host!r}: {err}") from None
     family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on an accepted socket only when its proto says
+    # TCP, and without it a reused connection's first token waits for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
@@ -98,7 +100,7 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
             flags["printed"] = True
             out.write(f"STRATA_READY url={url}\n")
             out.flush()
-            log.warning("serving %s at %s", state.model_name, url)
+            log.info("serving %s at %s", state.model_name, url)
 
     def started() -> None:
         flags["started"] = True
