@@ -61,6 +61,7 @@ class Relay:
         self.handle: Any = None
         self.finished: Any = None  # the engine's Completion once Finished arrived
         self.client_gone = False
+        self.stopped_by: str | None = None  # why the server cancelled it (shutdown); None = the client did
         self.submitted_at = time.monotonic()
         self._last_t: float | None = None
 
@@ -101,8 +102,10 @@ class Relay:
             self.cancel()
         self.queue.put_nowait(_GONE)
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop the engine request; `reason` (the server's, e.g. a shutdown) ends its stream with an error event."""
         if self.handle is not None and self.finished is None:
+            self.stopped_by = self.stopped_by or reason
             self.handle.cancel()
 
     async def next(self) -> Any:

@@ -160,7 +160,13 @@ async def _stream(relay: Relay, render: Render, params: Any, engine: Any, includ
             pending = item
             generated += 1
             continue
-        if completion.finish_reason == "error":
+        if completion.finish_reason == "cancelled" and relay.stopped_by:
+            # The server stopped it (shutdown): say so in the stream, never end it as if it were complete.
+            if pending is not None:
+                out.append(event([pending], None))
+            message = f"request {relay.request_id} stopped after {generated} tokens: {relay.stopped_by}"
+            out.append(sse(dumps(APIError(503, message, type="server_shutdown").body())))
+        elif completion.finish_reason == "error":
             message = f"request {relay.request_id} failed: {completion.error or 'engine error'}"
             if generated == 0:
                 raise APIError(500, message, type="server_error")

@@ -89,9 +89,9 @@ class ServerState:
         else:
             self.loop.call_later(timeout_s, self.cancel_all)
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, reason: str = "the server is shutting down") -> None:
         for relay in list(self.relays.values()):
-            relay.cancel()
+            relay.cancel(reason)
 
     def detach(self) -> None:
         if self._unsubscribe is not None:
