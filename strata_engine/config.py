@@ -125,7 +125,7 @@ class EngineConfig:
     time_scale: float = 1.0  # sim: modelled seconds per wall second
     threads: int | None = None  # torch intra-op threads per stage worker
     stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for)
-    log_events: bool = True  # echo events to stderr
+    log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ postprocessing (stop strings, EOS, max tokens); the scheduler knows neither, the
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -28,15 +29,25 @@ from .scheduler.scheduler import Scheduler
 __all__ = ["Engine", "Completion", "TokenOutput", "Finished", "RequestHandle", "SamplingParams", "RequestError"]
 
 
+_event_log = logging.getLogger("strata_engine.events")
+
+
 def _stderr_echo(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _log_echo(line: str) -> None:
+    # A library stays quiet: events reach the `logging` module (and the event feed), shown only where
+    # the application turns DEBUG on for "strata_engine.events".
+    if _event_log.isEnabledFor(logging.DEBUG):
+        _event_log.debug("%s", line)
 
 
 class Engine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.scheduler_config = config.scheduler_config()
-        self.events = EventLog(echo=_stderr_echo if config.log_events else None)
+        self.events = EventLog(echo=_stderr_echo if config.log_events else _log_echo)
         self.clock = time.monotonic
         if config.executor == "sim":
             from .backends import build_sim
