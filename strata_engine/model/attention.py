@@ -8,6 +8,9 @@ exact-math paths, chosen by shape only (never by batch composition):
     and the chunk itself (causal) as two flash calls, merged by their log-sum-exps; the masked single
     call is ~25% slower on CPU and needs a [T, L] mask built per row;
   - anything else: one call with an additive mask.
+With a sliding window W (`window`), a query at position p sees keys (p - W, p] only, as transformers'
+sliding-window mask does: decode slices its last W keys; a chunk whose window starts past key 0 takes
+the masked call over the keys its queries can see.
 """
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ import torch.nn.functional as F
 _flash_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, consecutive: bool) -> torch.Tensor:
+def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, consecutive: bool,
+               window: int | None = None) -> torch.Tensor:
     """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd]."""
     tokens, length = q.shape[2], keys.shape[2]
+    if window is not None and length > window:
+        return _windowed(q, keys, values, positions, window)
     if tokens == 1:
         return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
     start = length - tokens
@@ -28,6 +34,19 @@ def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positi
     if consecutive and _flash_cpu is not None and q.device.type == "cpu" and q.dtype == torch.float32:
         return _prefix_then_chunk(q, keys, values, start)
     seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
+    mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+    """Sliding-window attention: the query at position p sees keys (p - window, p]."""
+    tokens, length = q.shape[2], keys.shape[2]
+    low = max(0, int(positions[0]) - window + 1) if tokens > 1 else length - window  # the first key any query sees
+    keys, values = keys[:, :, low:], values[:, :, low:]
+    if tokens == 1:
+        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
+    key_positions = torch.arange(low, length, device=q.device)[None, :]  # [1, L']
+    seen = (key_positions <= positions[:, None]) & (key_positions > positions[:, None] - window)  # [T, L']
     mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 

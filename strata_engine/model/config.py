@@ -44,6 +44,7 @@ class ModelConfig:
     moe_layers: tuple[int, ...] = field(default=())  # indices of layers whose MLP is the routed MoE
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    sliding_window: int | None = None  # every layer's query at p sees keys (p - W, p]; None = all of 0..p
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -53,6 +54,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if self.rms_norm_eps <= 0 or self.rope_theta <= 0:
@@ -125,6 +128,7 @@ class ModelConfig:
             moe_layers=moe_layers,
             bos_token_id=_single_id(d.get("bos_token_id")),
             eos_token_id=_single_id(d.get("eos_token_id")),
+            sliding_window=_sliding_window(arch, d),
         )
 
 
@@ -153,14 +157,24 @@ def _refuse_unsupported(arch: str, d: dict[str, Any]) -> None:
         raise ValueError(f"rope_type {rope_type!r} is not supported (only 'default' rotary embeddings)")
     if d.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
-    if d.get("use_sliding_window") or (arch == "mixtral" and d.get("sliding_window")):
-        raise ValueError(f"sliding_window attention is not supported ({arch}: sliding_window={d.get('sliding_window')})")
+    if arch in ("llama", "qwen2_moe") and (d.get("use_sliding_window") or d.get("layer_types")):
+        # qwen2_moe windows only the layers past max_window_layers; llama has none: refuse, never ignore
+        raise ValueError(f"sliding_window attention is not supported for {arch} (only qwen3_moe and mixtral, every layer)")
     if arch in ("llama", "qwen3_moe", "mixtral") and d.get("attention_bias"):
         raise ValueError(f"attention_bias=True is not supported for {arch}")
     if d.get("mlp_bias"):
         raise ValueError("mlp_bias=True is not supported")
     if int(d.get("pretraining_tp", 1) or 1) != 1:
         raise ValueError(f"pretraining_tp={d['pretraining_tp']} is not supported")
+
+
+def _sliding_window(arch: str, d: dict[str, Any]) -> int | None:
+    """The window every layer uses, as transformers reads it: mixtral's `sliding_window`; qwen3_moe's only
+    with `use_sliding_window` (then on every layer)."""
+    if arch == "mixtral" or (arch == "qwen3_moe" and d.get("use_sliding_window")):
+        value = d.get("sliding_window")
+        return None if value is None else int(value)
+    return None
 
 
 def _single_id(value: Any) -> int | None:

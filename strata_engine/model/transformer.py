@@ -74,6 +74,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.rotary = Rotary(self.head_dim, config.rope_theta)
+        self.window = config.sliding_window  # None = full causal attention
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [B, T, D] -> q [B, H, T, hd], k and v [B, Hkv, T, hd], rotary applied to q and k."""
@@ -108,7 +109,8 @@ class Attention(nn.Module):
         out = []
         for b, (slot, _, last, *consecutive) in enumerate(rows):
             keys, values = kv.k[slot : slot + 1, :, : last + 1], kv.v[slot : slot + 1, :, : last + 1]  # [1, Hkv, L, hd]
-            out.append(attend_row(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), positions[b], bool(consecutive and consecutive[0])))
+            out.append(attend_row(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), positions[b], bool(consecutive and consecutive[0]),
+                                   self.window))
         return self.output(torch.cat(out, dim=0) if len(out) > 1 else out[0])
 
 

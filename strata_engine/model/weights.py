@@ -246,11 +246,12 @@ def hf_config_dict(config: ModelConfig) -> dict:
         "use_cache": True,
     }
     if c.architecture == "mixtral":
-        d.update(num_local_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok, intermediate_size=c.moe_intermediate_size, sliding_window=None)
+        d.update(num_local_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok, intermediate_size=c.moe_intermediate_size, sliding_window=c.sliding_window)
     elif c.architecture in ("qwen2_moe", "qwen3_moe"):
         dense = [i for i in range(c.num_layers) if not c.layer_is_moe(i)]
         d.update(num_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok, moe_intermediate_size=c.moe_intermediate_size,
-                 norm_topk_prob=c.norm_topk_prob, decoder_sparse_step=1, mlp_only_layers=dense, use_sliding_window=False)
+                 norm_topk_prob=c.norm_topk_prob, decoder_sparse_step=1, mlp_only_layers=dense,
+                 use_sliding_window=c.sliding_window is not None, sliding_window=c.sliding_window)
         if c.architecture == "qwen2_moe":
             d.update(shared_expert_intermediate_size=c.shared_expert_intermediate_size, qkv_bias=c.attention_bias)
             d.pop("attention_bias")

@@ -89,8 +89,6 @@ class KVCache:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         if ctx < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
-        if ctx > config.max_position_embeddings:
-            raise ValueError(f"ctx {ctx} exceeds the model's max_position_embeddings {config.max_position_embeddings}")
         layer_ids = list(range(config.num_layers)) if layers is None else list(layers)
         for i in layer_ids:
             if not 0 <= i < config.num_layers:
