@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .config import EngineConfig, SchedulerConfig
+from .context_length import SIM_DEFAULT_CTX, ContextChoice, choose_ctx, kv_bytes_per_token, memory_bytes
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,22 @@ def _dtype(name: str | None, device: str):
     return table[name]
 
 
+def resolve_ctx(config: EngineConfig) -> ContextChoice:
+    """The slot context: --ctx checked against the model, or derived from the model and the memory."""
+    if config.executor == "sim":
+        return ContextChoice(config.ctx or SIM_DEFAULT_CTX, "--ctx" if config.ctx else "the simulator's default")
+    import torch
+
+    from .model.weights import read_config, resolve_model_path
+
+    model_config = read_config(resolve_model_path(config.model))
+    device = config.device or _default_device()
+    per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
+                                   torch.tensor([], dtype=_dtype(config.dtype, device)).element_size())
+    return choose_ctx(config.ctx, model_config.max_position_embeddings, config.batch, per_token,
+                      memory_bytes(device), config.allow_ctx_beyond_model)
+
+
 def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     import torch
 
@@ -54,10 +71,6 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     dtype = _dtype(config.dtype, device)
     torch.manual_seed(config.seed)
     model_config = read_config(resolve_model_path(config.model))
-    if sched.ctx > model_config.max_position_embeddings:
-        raise ValueError(
-            f"--ctx {sched.ctx} exceeds the model's max_position_embeddings ({model_config.max_position_embeddings})"
-        )
     stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
     threads = config.threads
     if threads is None and all(s.device.startswith("cpu") for s in stages):

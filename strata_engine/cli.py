@@ -14,7 +14,7 @@ import click
 
 from .config import ENV_HELP, ENV_VARS, EngineConfig
 
-ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "executor",
+ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model", "executor",
                 "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers", "log_events")
 
 
@@ -53,8 +53,12 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Comma-separated devices, one pipeline stage each (e.g. cuda:0,cuda:1); even layer split."),
         click.option("--prefill-chunk", type=click.IntRange(min=1), default=512, show_default=True,
                      help="Prompt tokens read per forward (a chunk)."),
-        click.option("--ctx", type=click.IntRange(min=2), default=4096, show_default=True,
-                     help="Context length per slot (prompt + generated tokens)."),
+        click.option("--ctx", type=click.IntRange(min=2), default=None,
+                     help="Context length per slot (prompt + generated tokens). Default: the model's "
+                          "max_position_embeddings, or less where a quarter of the memory cannot hold that "
+                          "much KV cache for --batch slots."),
+        click.option("--allow-ctx-beyond-model", is_flag=True,
+                     help="Let --ctx exceed the model's max_position_embeddings (positions it never saw)."),
         click.option("--executor", type=click.Choice(["torch", "sim"]), default="torch", show_default=True,
                      help="torch = run the model; sim = a cost model with the same scheduler (fast, no weights)."),
         click.option("--sim-profile", default=None,

@@ -116,7 +116,8 @@ class EngineConfig:
     split: int | None = None  # layers [0, split) on stage 0, the rest on stage 1
     devices: tuple[str, ...] = ()  # e.g. ("cuda:0", "cuda:1") or ("cpu", "cpu"): even split
     prefill_chunk: int = 512
-    ctx: int = 4096
+    ctx: int | None = None  # None = derived from the model and the memory (context_length.py)
+    allow_ctx_beyond_model: bool = False  # let --ctx exceed the model's max_position_embeddings
     executor: str = "torch"  # "torch" or "sim"
     device: str | None = None  # None = cuda when present, else cpu
     dtype: str | None = None  # None = fp32 on cpu, bf16 on cuda
@@ -137,6 +138,8 @@ class EngineConfig:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if self.prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
+        if self.ctx is not None and self.ctx < 2:
+            raise ValueError(f"ctx must be >= 2, got {self.ctx}")
         if self.split is not None and self.split < 1:
             raise ValueError(f"split must be >= 1 (layers on stage 0), got {self.split}")
         if self.split is not None and self.devices and len(self.devices) != 2:
@@ -176,6 +179,6 @@ class EngineConfig:
             batch_groups=self.resolved_batch_groups(),
             num_stages=self.num_stages,
             prefill_chunk=self.prefill_chunk,
-            ctx=self.ctx,
+            ctx=self.ctx if self.ctx is not None else SchedulerConfig.ctx,
         )
         return base.with_env(self.env)

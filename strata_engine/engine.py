@@ -7,6 +7,7 @@ postprocessing (stop strings, EOS, max tokens); the scheduler knows neither, the
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -45,6 +46,10 @@ def _log_echo(line: str) -> None:
 
 class Engine:
     def __init__(self, config: EngineConfig):
+        from .backends import resolve_ctx
+
+        self.ctx_choice = resolve_ctx(config)
+        config = dataclasses.replace(config, ctx=self.ctx_choice.ctx)
         self.config = config
         self.scheduler_config = config.scheduler_config()
         self.events = EventLog(echo=_stderr_echo if config.log_events else _log_echo)
@@ -239,7 +244,7 @@ class Engine:
         return {
             "model": self.model_name, "executor": self.config.executor, "batch": sc.batch,
             "batch_groups": sc.batch_groups, "num_stages": sc.num_stages, "prefill_chunk": sc.prefill_chunk,
-            "ctx": sc.ctx, "piped_read_piece": sc.piped_read_piece, "decode_share": sc.decode_share,
+            "ctx": sc.ctx, "ctx_from": self.ctx_choice.why, "piped_read_piece": sc.piped_read_piece, "decode_share": sc.decode_share,
             "decode_min_ms": sc.decode_min_ms, "decode_max_ms": sc.decode_max_ms, "read_mix": sc.read_mix,
             "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
             "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,

@@ -1,0 +1,55 @@
+"""The context length of a slot when the user gives none, and the check when they give one.
+
+Default (as vLLM derives its own from the model): the smaller of the model's `max_position_embeddings`
+and what a quarter of the machine's memory (RAM on CPU, the device's memory on CUDA) holds as KV cache
+for `batch` slots, rounded down to a multiple of 256. An explicit `--ctx` past the model's positions is
+refused with the flag that allows it: positions a model never saw are a quality risk its config declares.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+KV_MEMORY_SHARE = 0.25  # of the machine's (or the device's) memory, for the whole KV cache
+ROUND_TO = 256
+SIM_DEFAULT_CTX = 131072  # the simulator holds no KV; the spec's scenarios need 64K + their outputs
+ALLOW_FLAG = "--allow-ctx-beyond-model"
+
+
+@dataclass(frozen=True)
+class ContextChoice:
+    ctx: int
+    why: str  # one line for /v1/engine and the server log
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Keys and values of one token of one slot, over every layer."""
+    return num_layers * 2 * num_kv_heads * head_dim * dtype_bytes
+
+
+def memory_bytes(device: str) -> int:
+    """Total memory of `device` ('cpu' = the machine's RAM)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def choose_ctx(requested: int | None, max_positions: int, batch: int, per_token: int, memory: int,
+               allow_beyond_model: bool = False) -> ContextChoice:
+    """`requested` None -> the default above; else the requested length, checked against the model."""
+    if requested is not None:
+        if requested > max_positions and not allow_beyond_model:
+            raise ValueError(f"--ctx {requested} exceeds the model's max_position_embeddings ({max_positions}); "
+                             f"pass {ALLOW_FLAG} to run past the positions the model declares")
+        return ContextChoice(requested, "--ctx")
+    fits = int(memory * KV_MEMORY_SHARE) // max(1, batch * per_token)
+    fits -= fits % ROUND_TO
+    if fits < ROUND_TO:
+        raise ValueError(f"{batch} slots of KV cache ({per_token} bytes a token) do not fit in a quarter of "
+                         f"{memory / 2**30:.1f} GiB; lower --batch or give --ctx")
+    if fits < max_positions:
+        return ContextChoice(fits, f"{fits} (what {KV_MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB holds for "
+                                   f"{batch} slots; the model allows {max_positions})")
+    return ContextChoice(max_positions, f"{max_positions} (the model's max_position_embeddings)")
