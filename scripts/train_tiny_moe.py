@@ -77,9 +77,15 @@ def train_forward(model: Transformer, tokens: torch.Tensor) -> tuple[torch.Tenso
     positions = torch.arange(seq).expand(batch, seq)
     h = model.embed(tokens)
     balance = h.new_zeros(())
+    window = model.config.sliding_window
+    mask = None  # plain causal while the window covers the whole sequence
+    if window is not None and seq > window:  # position p sees (p - window, p], as the inference path does
+        distance = torch.arange(seq)[:, None] - torch.arange(seq)[None, :]
+        mask = (distance >= 0) & (distance < window)
     for block in model.layers:
         q, k, v = block.self_attn.project(block.input_layernorm(h), positions)
-        h = h + block.self_attn.output(F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+        h = h + block.self_attn.output(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                                      enable_gqa=True))
         if isinstance(block.mlp, MoE):
             # Switch-style balance: experts_count * sum_e (share of tokens routed to e) * (mean router prob of e)
             x = block.post_attention_layernorm(h).reshape(batch * seq, -1)
@@ -178,7 +184,11 @@ def main() -> None:
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--moe-intermediate", type=int, default=128)
-    p.add_argument("--max-positions", type=int, default=8192)
+    p.add_argument("--max-positions", type=int, default=131072,
+                   help="positions the config declares; with a sliding window every query sees at most that many "
+                        "keys, so positions past the training windows stay in the trained regime")
+    p.add_argument("--sliding-window", type=int, default=1024,
+                   help="attention span of every layer (qwen3_moe use_sliding_window); 0 = full causal attention")
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--holdout-every", type=int, default=20)
     p.add_argument("--eval-windows", type=int, default=48)
@@ -203,6 +213,7 @@ def main() -> None:
         rms_norm_eps=1e-6, rope_theta=args.rope_theta, max_position_embeddings=args.max_positions, num_experts=args.experts,
         num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_intermediate, norm_topk_prob=True, qk_norm=True,
         moe_layers=tuple(range(args.layers)), bos_token_id=BOS, eos_token_id=EOS,
+        sliding_window=args.sliding_window or None,
     )
     model = Transformer(config)
     init_weights(model, std=0.02)
