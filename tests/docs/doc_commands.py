@@ -1,0 +1,195 @@
+"""The shell commands of README.md and docs/*.md, and how each one is checked.
+
+`extract()` reads every fenced block tagged `bash` or `sh` and returns its commands: comment lines
+dropped, `\\`-continued lines joined, a `for ... done` loop kept whole. `CHECKS` says, for every such
+command (normalised: whitespace collapsed, a trailing `# comment` cut), how the docs test runs it:
+
+- `Run(rewrite)`: run it with bash in a scratch directory that links the repository's paths, after the
+  listed rewrites (a smaller `--scale`, fewer `--repeat`s) so CI runs it in seconds, not minutes;
+- `Serve()`: a server command; it must print its STRATA_READY line and stop on SIGTERM;
+- `WithServer()`: needs `$U`, the URL of a running server (a sim engine is started for it);
+- `Skip(reason)`: not run here, and why (an install CI already runs, a measurement that takes minutes).
+
+A command in the docs with no entry fails the fast test, so the docs and their checks cannot drift.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMMAND_START = re.compile(r"^(\.venv/bin/|strata-|python |bash |env |curl |STRATA_|for |tmp=)")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    path: Path
+    line: int
+    text: str  # as written, continuations joined with newlines kept
+
+    @property
+    def key(self) -> str:
+        return normalise(self.text)
+
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Run:
+    rewrite: tuple[tuple[str, str], ...] = ()  # (regex, replacement) applied in order
+    timeout: float = 600.0
+    exit_code: int = 0  # a command the docs show failing on purpose says so here
+
+    def command(self, text: str) -> str:
+        for pattern, replacement in self.rewrite:
+            text = re.sub(pattern, replacement, text, flags=re.M)
+        return text
+
+
+@dataclass(frozen=True)
+class Serve:
+    extra: str = "--port 0"  # appended unless the command already picks its port
+
+
+@dataclass(frozen=True)
+class WithServer:
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int
+    tag: str
+    lines: list[str] = field(default_factory=list)
+
+
+def normalise(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"\s+#\s.*$", "", line.rstrip("\\").strip()) if not line.lstrip().startswith("#") else ""
+        if line:
+            lines.append(line)
+    return re.sub(r"\s+", " ", " ".join(lines)).strip()
+
+
+def blocks(path: Path) -> list[Block]:
+    out, current = [], None
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            if current is None:
+                current = Block(path, number + 1, line[3:].strip())
+            else:
+                out.append(current)
+                current = None
+        elif current is not None:
+            current.lines.append(line)
+    return out
+
+
+def commands(block: Block) -> list[DocCommand]:
+    found, pending, start, depth = [], [], 0, 0
+    for offset, line in enumerate(block.lines):
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if not pending:
+            start = block.line + offset
+        pending.append(line)
+        depth += len(re.findall(r"^(for|while|if)\b", stripped)) - len(re.findall(r"^(done|fi)\b", stripped))
+        if stripped.endswith("\\") or depth > 0:
+            continue
+        found.append(DocCommand(block.path, start, "\n".join(pending)))
+        pending, depth = [], 0
+    return found
+
+
+def extract() -> list[DocCommand]:
+    return [c for path in DOCS for b in blocks(path) if b.tag in ("bash", "sh") for c in commands(b)]
+
+
+def untagged_command_blocks() -> list[str]:
+    """Blocks with no language tag that hold commands: tag them bash so the docs test sees them."""
+    return [f"{b.path.relative_to(ROOT)}:{b.line}" for path in DOCS for b in blocks(path)
+            if b.tag == "" and any(COMMAND_START.match(line.strip()) for line in b.lines)]
+
+
+CI_SCALE = (r"--scale [0-9.]+", "--scale 0.02")
+ONE_REPEAT = (r"--repeat [0-9]+", "--repeat 1")
+NO_DEMO_REPEATS = (r"strata-bench demo$", "strata-bench demo --repeat 1 --scale 0.5")
+OWN_INSTALL = (r"^bash scripts/install.sh", 'bash "$STRATA_ROOT/scripts/install.sh"')  # never an editable install of the scratch copy
+INSTALLED = "CI runs it itself: .ci/run is the README's test command"
+MINUTES = "a measurement that takes minutes at the size the docs report; its numbers sit beside it"
+
+SMALL = (CI_SCALE, ONE_REPEAT)
+PRESET_SMALL = ((r"(strata-bench preset \S+( --time-scale \S+)?)", r"\1 --repeat 1 --scale 0.02"),)
+INTERLEAVE_SMALL = ((r"interleave$", "interleave --scale 0.05"),)
+HTTP_SMALL = ((r"bench_http_overhead.py$", "bench_http_overhead.py --max-tokens 64"),)
+
+# Every bash/sh command of the docs, by its normalised text. Commands of one file run in order in one
+# scratch directory, so a `report` finds what the `run` before it wrote.
+CHECKS: dict[str, object] = {
+    # README.md
+    "bash scripts/install.sh && .venv/bin/strata-bench demo": Run((OWN_INSTALL, NO_DEMO_REPEATS)),
+    "bash scripts/install.sh --test && .venv/bin/python -m pytest -q": Skip(INSTALLED),
+    "STRATA_PIPED_READ_PIECE=768 .venv/bin/strata-engine serve --split 2 --batch 4 --batch-groups 2 --prefill-chunk 256 --port 0": Serve(),
+    ".venv/bin/strata-bench run --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2' --arm pieces='env STRATA_PIPED_READ_PIECE=1024 strata-engine serve --split 2 --batch 6 --batch-groups 2' --scenarios two_joiners,followup,read_alone --scale 0.05 --repeat 3 --out runs/pieces": Run(SMALL),
+    ".venv/bin/strata-bench report runs/pieces && .venv/bin/strata-bench plot runs/pieces": Run(),
+    ".venv/bin/strata-verify interleave": Run(INTERLEAVE_SMALL),
+    ".venv/bin/strata-verify determinism --engine 'strata-engine serve' --against strata_verify/golden/reference-cpu.json": Run(),
+    # docs/BATCHING.md
+    ".venv/bin/strata-bench preset issue7 --time-scale 4 --out bench-out/issue7-sim-ts4": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench preset issue7-cpu --out bench-out/issue7-cpu": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench report bench-out/issue7-sim-ts4": Run(),
+    "for m in STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100 'STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100'; do .venv/bin/strata-verify interleave --scale 0.05 --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" .venv/bin/strata-verify determinism --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" --against strata_verify/golden/reference-cpu.json done": Run(),
+    "python -m strata_engine.executors.sim_calibrate pr2050-2x5090": Run(),
+    # docs/MODEL.md
+    ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
+        Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
+    ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
+    # docs/BENCH.md
+    ".venv/bin/strata-bench demo": Run((NO_DEMO_REPEATS,)),
+    ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench run --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192' --arm piece512='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192' --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 5 --out bench-out/mine": Run(SMALL),
+    ".venv/bin/strata-bench report bench-out/mine": Run(),
+    ".venv/bin/strata-bench plot bench-out/mine": Run(),
+    ".venv/bin/python benchmarks/bench_client_overhead.py --streams 64 --itl-ms 20 --tokens 200": Run(),
+    ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050-ts4": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench report bench-out/pr2050-ts4": Run(),
+    # docs/SERVER.md
+    "strata-engine serve": Serve(),
+    "strata-engine serve --executor sim --port 0": Serve(),
+    "strata-engine serve --batch 6 --split 2 --batch-groups auto --prefill-chunk 256 --ctx 65536": Serve(),
+    "STRATA_PIPED_READ_PIECE=2048 strata-engine serve --split 2 --batch-groups 2": Serve(),
+    'strata-engine serve --host 0.0.0.0 --api-key "$KEY"': Serve(),
+    'strata-engine generate "def fib(n):" --max-tokens 64': Run(),
+    "strata-engine generate 72,101,108 --prompt-ids --show-ids --executor sim --ignore-eos": Run(),
+    "curl -s $U/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"Hello\", \"max_tokens\": 4, \"temperature\": 0, \"return_token_ids\": true}'": WithServer(),
+    "curl -sN $U/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": [72, 105], \"max_tokens\": 2, \"temperature\": 0, \"stream\": true, \"return_token_ids\": true}'": WithServer(),
+    "curl -s $U/v1/chat/completions -H 'Content-Type: application/json' -d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 3, \"temperature\": 0}'": WithServer(),
+    "curl -s $U/v1/models": WithServer(),
+    "curl -s $U/v1/engine": WithServer(),
+    "curl -s $U/health": WithServer(),
+    'curl -s -D - "$U/v1/events?since=0"': WithServer(),
+    'curl -sN "$U/v1/events?since=12&follow=1"': Skip("stays open by design (a follow feed); tests/engine/test_server_api.py follows it"),
+    "curl -s $U/v1/completions -d '{\"prompt\": \"x\", \"max_tokens\": -1}'": WithServer(),
+    ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
+    ".venv/bin/python benchmarks/bench_http_overhead.py --time-scale 100 --max-tokens 1024 --out bench-out/stress.json": Run(),
+    ".venv/bin/python benchmarks/bench_http_overhead.py --render bench-out/http_overhead.json": Run(),
+    # docs/VERIFY.md
+    "strata-verify interleave --scale 0.05": Run(),
+    "strata-verify determinism --against strata_verify/golden/reference-cpu.json": Run(),
+    "strata-verify builds --engine release='strata-engine serve' --engine piece='env STRATA_PIPED_READ_PIECE=16384 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 65536'": Run(((r"--ctx 65536'$", "--ctx 65536' --scale 0.05"),)),
+    ".venv/bin/strata-verify interleave --scale 0.05 --junit runs/verify/interleave.xml": Run(),
+    ".venv/bin/strata-verify determinism --engine 'strata-engine serve' --against strata_verify/golden/reference-cpu.json --junit runs/verify/determinism.xml": Run(),
+    "strata-verify determinism --engine 'strata-engine serve' --save manifest-v0.1.0-cpu.json": Run(),
+    "strata-verify interleave --scale 0.05 --engine 'python tests/verify/fault_proxy.py --mode perturb --request C --index 3 -- strata-engine serve --split 2 --batch 4 --batch-groups 2'": Run(exit_code=1),
+}
