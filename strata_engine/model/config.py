@@ -157,7 +157,8 @@ def _refuse_unsupported(arch: str, d: dict[str, Any]) -> None:
         raise ValueError(f"rope_type {rope_type!r} is not supported (only 'default' rotary embeddings)")
     if d.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
-    if arch in ("llama", "qwen2_moe") and (d.get("use_sliding_window") or d.get("layer_types")):
+    sliding_layers = [t for t in d.get("layer_types") or () if t == "sliding_attention"]
+    if arch in ("llama", "qwen2_moe") and (d.get("use_sliding_window") or sliding_layers):
         # qwen2_moe windows only the layers past max_window_layers; llama has none: refuse, never ignore
         raise ValueError(f"sliding_window attention is not supported for {arch} (only qwen3_moe and mixtral, every layer)")
     if arch in ("llama", "qwen3_moe", "mixtral") and d.get("attention_bias"):
