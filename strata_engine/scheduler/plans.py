@@ -12,7 +12,6 @@ from typing import Sequence
 
 from ..config import SchedulerConfig
 from .batch_read import (
-    MAX_PIECE_CHUNKS,
     batch_read_piece,
     next_read_chunks,
     piped_decode_budget_ms,
@@ -55,7 +54,6 @@ class DecodePlan:
     """Decode the groups; with no budget, stop as soon as a read is pending or a cancel arrives."""
 
     groups: tuple[tuple[Request, ...], ...]
-    budget_ms: float | None = None
     max_rounds: int | None = None
 
 
@@ -180,7 +178,7 @@ def plan_step(
     if waiting and free is not None:
         return read(waiting[0], "admit", free, fresh=True)
     if groups:
-        return DecodePlan(groups, None, IDLE_DECODE_ROUNDS)
+        return DecodePlan(groups, IDLE_DECODE_ROUNDS)
     return IDLE
 
 

@@ -115,9 +115,9 @@ def test_a_stage_that_cannot_load_the_model_says_why(tmp_path):
 def test_stage_workers_config():
     with pytest.raises(ValueError, match="stage_workers must be one of auto, thread, process, got 'fibers'"):
         EngineConfig(stage_workers="fibers")
-    assert EngineConfig(stage_workers="process").stage_workers_for(["cpu", "cpu"]) == "process"
-    assert EngineConfig(stage_workers="thread").stage_workers_for(["cpu", "cpu"]) == "thread"
-    assert EngineConfig().stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
+    assert EngineConfig(stage_workers="process").stage_workers_for() == "process"
+    assert EngineConfig(stage_workers="thread").stage_workers_for() == "thread"
+    assert EngineConfig().stage_workers_for() == "thread"
 
 
 def test_engine_tokens_equal_solo_and_threads_and_errors_are_contained(monkeypatch):
