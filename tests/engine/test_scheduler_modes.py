@@ -1,4 +1,4 @@
-"""Issue 7's modes: the mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
+"""The mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
 and the pause target (a read run that ends itself at the target, by its own measured chunk completions), both ending a run early at a
 chunk boundary when a short request could take over; over the simulated executor on a fake clock,
 and once on the real torch pipeline."""
@@ -11,7 +11,6 @@ import pytest
 from fakes import TEST_PROFILE, Harness
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
-from strata_engine.scheduler.batch_read import run_end_estimate_ms
 from strata_engine.scheduler.scheduler import Scheduler
 from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
 
@@ -182,18 +181,6 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
     reads = [c[2] for c in h.executor.calls if c[0] == "read" and c[1] == "read45k"]
     assert len(reads) == 2 and reads[1][0][0] == y.fields["tokens_read"]  # resumed where it stopped
     assert_solo(h, ["read45k", "question"])
-
-
-# -- the pure functions -----------------------------------------------------------------------------
-def test_run_end_estimate():
-    assert run_end_estimate_ms([], 1, 0.0) is None  # nothing known yet
-    assert run_end_estimate_ms([750.0], 1, 750.0, num_stages=2) == 750.0 + 2 * 375.0  # one out: at most 750 / 2 a chunk
-    assert run_end_estimate_ms([750.0, 850.0], 1, 850.0) == 1050.0  # the chunk in flight, then the new one
-    assert run_end_estimate_ms([0.0, 10.0, 20.0, 30.0, 40.0, 100.0], 0, 100.0) == 100.0 + (100.0 - 10.0) / 4  # the last 4
-    assert run_end_estimate_ms([], 1, 700.0, prior_interval_ms=100.0) == 900.0  # before two are out: the last run's interval
-    assert run_end_estimate_ms([750.0, 850.0], 1, 900.0, prior_interval_ms=5.0) == 1100.0  # this run's, from now
-    with pytest.raises(ValueError, match="in_flight"):
-        run_end_estimate_ms([1.0, 2.0], -1, 0.0)
 
 
 # -- the real torch pipeline ------------------------------------------------------------------------
