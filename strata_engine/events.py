@@ -13,7 +13,7 @@ from typing import Any, Callable
 # Kinds. A read is split into PIECEs; LEADIN is the decode budget before a read that follows a read;
 # YIELDED is a give-way (BYIELD); BSTOP a cancelled read/request freed; READ_START/READ_DONE bracket a
 # prompt read; ADMIT/FINISH bracket a request's life in a slot; MIX is a mixed read's run, TARGET a pause-target run.
-KINDS = ("ADMIT", "READ_START", "PIECE", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX")
+KINDS = ("ADMIT", "READ_START", "PIECE", "TARGET", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ are told. The spec's own arithmetic (pieces, decode budgets, lead-ins) is in `ba
 from __future__ import annotations
 
 import enum
+import inspect
 from typing import Callable, Sequence
 
 from ..config import SchedulerConfig
@@ -159,3 +160,18 @@ def choose_rider(turn: int, ready: Sequence[bool], since_token_ms: Sequence[floa
         if ready[index] and due and has_rows(index):
             return index, turn
     return None, turn
+
+
+def check_executor(config: SchedulerConfig, executor: object) -> None:
+    """The mixed read needs `executor.mixed`; the interruptible modes need the keyword arguments they pass
+    (should_stop, budget_ms, max_gap_ms). ValueError naming what is missing; the spec's modes ask nothing."""
+    kind = read_kind(config)
+    if kind is ReadKind.MIX and not callable(getattr(executor, "mixed", None)):
+        raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
+    if not interruptible(config):
+        return
+    method, needs = ("mixed", ("should_stop", "max_gap_ms")) if kind is ReadKind.MIX else ("read", ("should_stop", "budget_ms"))
+    missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
+    if missing:
+        raise ValueError(f"the mixed read and the pause target need an executor whose {method}() takes "
+                         f"{' and '.join(missing)}; this one does not")

@@ -301,3 +301,35 @@ def test_scheduler_package_imports_no_torch():
     code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.executors.sim, strata_engine.executors.sim_calibrate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("config", [dict(piped_read_piece=8 * K), dict(pause_target_ms=500.0), dict(read_mix=1), dict()],
+                         ids=["pieces", "target", "mixed", "release"])
+def test_every_step_is_one_plan_and_at_most_one_executor_call(config):
+    from strata_engine.scheduler.plans import BoundaryPlan, LeadInPlan, ReadPlan, Start
+
+    h = Harness(**PIPED, **config)
+    names = streams(h, 2)
+    h.add("first", 20 * K, max_tokens=2, at=0.5)
+    h.add("second", 20 * K, max_tokens=2, at=0.6)  # follows a read: a lead-in where the mode has boundaries
+    h.add("short", 100, max_tokens=2, at=1.5)  # a give-way
+    stop_streams_after(h, names, "second")
+    seen = set()
+    for _ in range(100_000):
+        plan = h.scheduler.plan()
+        calls = len([c for c in h.executor.calls if c[0] in ("read", "decode", "mixed")])
+        if not h.scheduler.step():
+            if h.clock.next_timer() is None:
+                break
+            h.clock.advance_to(h.clock.next_timer())
+            continue
+        made = [c[0] for c in h.executor.calls if c[0] in ("read", "decode", "mixed")][calls:]
+        assert len(made) <= 1, f"{type(plan).__name__} made {made}"
+        seen.add(type(plan))
+        if isinstance(plan, ReadPlan):
+            assert isinstance(plan.start, Start) and made in (["read"], ["mixed"])
+        if isinstance(plan, LeadInPlan):
+            assert made == ["decode"] and h.events_of("LEADIN")
+    assert ReadPlan in seen and (BoundaryPlan in seen) == bool(config)  # the release reads in one run: no boundary
+    assert (LeadInPlan in seen) == ("read_mix" not in config and bool(config))
+    assert h.requests["short"].finish_reason == "length" and bool(h.events_of("YIELDED")) == bool(config)

@@ -136,10 +136,10 @@ def test_pause_target_pieces_are_the_largest_runs_within_the_target():
     stop_streams_after(h, names, "join32k")
     h.run()
     for joiner in ("join64k", "join32k"):
-        sizes = [p.fields["tokens"] // 512 for p in h.events_of("PIECE", joiner)]
+        sizes = [p.fields["tokens"] // 512 for p in h.events_of("TARGET", joiner)]
         # TEST_PROFILE: 100 ms a run, 51.2 ms a chunk per stage: 100 + (k + 1) x 51.2 <= 1000 -> k = 16, from the first piece on
         assert sizes[:-1] == [16] * (len(sizes) - 1) and 1 <= sizes[-1] <= 16
-    pieces = [p for p in h.events_of("PIECE") if p.request_id.startswith("join")]
+    pieces = [p for p in h.events_of("TARGET") if p.request_id.startswith("join")]
     assert all(p.fields["read_ms"] <= target_ms for p in pieces)
     assert target_ms in h.executor.budgets
     budget = h.config.decode_max_ms + 50  # one budget and its drain
@@ -154,7 +154,7 @@ def test_pause_target_follows_the_cost_of_attention_as_the_context_grows():
     h.add("long", 48 * K, max_tokens=2, at=1.0)
     stop_streams_after(h, names, "long")
     h.run()
-    pieces = h.events_of("PIECE", "long")
+    pieces = h.events_of("TARGET", "long")
     sizes = [p.fields["tokens"] for p in pieces[:-1]]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > 2 * sizes[-1]  # later chunks cost more: fewer fit
     # The estimate averages the last intervals, so it lags attention's growth by a little: 2% here.
