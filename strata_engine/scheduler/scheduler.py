@@ -28,7 +28,8 @@ UNIT_COUNTS = {ReadKind.PIECE: "pieces", ReadKind.TARGET: "target_runs"}
 
 class Sink(Protocol):
     def on_token(self, request: Request, token: SampledToken) -> str | None:
-        """Postprocess one token (already appended to request.output_ids); return "stop"/"length" to end it."""
+        """Decide whether this token (already appended to request.output_ids) ends the request: "stop",
+        "length" or None. The sink must end it by the context's end (the scheduler fails it otherwise)."""
 
     def on_finish(self, request: Request) -> None:
         """The request ended (request.finish_reason: stop, length, cancelled or error; request.error)."""
@@ -262,11 +263,10 @@ class Scheduler:
         except Exception as exc:
             self._finish(request, "error", exc)
             return
-        # Backstops: the sink normally ends a request at max_tokens; the context must never overflow.
-        if reason is None and (request.tokens_generated >= request.max_tokens
-                               or request.prompt_tokens + request.tokens_generated >= self.config.ctx):
-            reason = "length"
-        if reason is not None:
+        if reason is None and request.prompt_tokens + request.tokens_generated >= self.config.ctx:
+            # The sink decides when a request ends; a sink that lets the context overflow is a bug.
+            self._finish(request, "error", RuntimeError(f"the context ({self.config.ctx} tokens) is full and the sink did not end the request"))
+        elif reason is not None:
             self._finish(request, reason)
 
     def _finish(self, request: Request, reason: str, exc: BaseException | None = None) -> None:

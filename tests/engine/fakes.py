@@ -40,8 +40,8 @@ class RecordingSink(TimelineSink):
     def on_token(self, request: Request, token) -> str | None:
         if request.request_id in self.fail_on:
             raise RuntimeError(f"sink failure for {request.request_id}")
-        super().on_token(request, token)
-        return "stop" if token.token_id in self.stop_ids else None
+        reason = super().on_token(request, token)
+        return "stop" if token.token_id in self.stop_ids else reason
 
     def on_finish(self, request: Request) -> None:
         assert request not in self.finished, f"on_finish called twice for {request.request_id}"
@@ -115,7 +115,7 @@ class Harness:
         self.clock = FakeClock()
         self.sim = SimExecutor(profile, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
         self.executor = RecordingExecutor(self.sim)
-        self.sink = RecordingSink(self.clock)
+        self.sink = RecordingSink(self.clock, ctx=self.config.ctx)
         self.events = EventLog()
         self.scheduler = Scheduler(self.config, self.executor, clock=self.clock, sink=self.sink, events=self.events)
         self.requests: dict[str, Request] = {}

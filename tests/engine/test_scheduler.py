@@ -270,12 +270,18 @@ def test_a_failing_read_or_sink_fails_only_that_request():
     assert h.scheduler.slots.free_count() == 4
 
 
-def test_sink_finish_reason_and_context_backstop():
+def test_the_sink_decides_the_finish_and_the_context_never_overflows():
     h = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=120)
     h.add("ctx", 100, max_tokens=1000)
     h.run()
     r = h.requests["ctx"]
-    assert r.finish_reason == "length" and r.prompt_tokens + r.tokens_generated == 120
+    assert r.finish_reason == "length" and r.prompt_tokens + r.tokens_generated == 120  # the sink's finish_reason
+    h1 = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=120)
+    h1.sink.ctx = 1 << 40  # a sink that never ends a request: the scheduler fails it at the context's end
+    h1.add("ctx", 100, max_tokens=1000)
+    h1.run()
+    r = h1.requests["ctx"]
+    assert r.finish_reason == "error" and "context (120 tokens) is full" in r.error and r.tokens_generated == 20
     h2 = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=4096)
     req = h2.request("stop", 50)
     h2.sink.stop_ids = frozenset({h2.sim.token_for(req, 3).token_id})
