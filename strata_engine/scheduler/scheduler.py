@@ -4,16 +4,16 @@ Contract: `add` and `cancel` are thread-safe; `step` runs on one thread (the eng
 from state (`plans.plan_step`), runs the plan (at most one executor call), updates phases and slots
 and emits events. A cancel takes effect at the next boundary (BSTOP). The sink gets every token
 (`on_token(request, token) -> finish reason | None`) and exactly one `on_finish(request)` per request,
-whatever ends it; an exception while running one request fails that request only. No torch here.
+whatever ends it (`endings.py`); an exception while running one request fails that request only. No torch here.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
 from ..executors.protocol import DecodeResult, Executor, SampledToken
+from .endings import Endings, Sink
 from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadInPlan, Plan, ReadPlan, Start, StopPlan,
                     UnitDone, give_way_candidate, plan_step)
 from .intake import Intake
@@ -24,15 +24,6 @@ from .slots import SlotTable
 
 UNIT_EVENTS = {ReadKind.PIECE: "PIECE", ReadKind.TARGET: "TARGET"}
 UNIT_COUNTS = {ReadKind.PIECE: "pieces", ReadKind.TARGET: "target_runs"}
-
-
-class Sink(Protocol):
-    def on_token(self, request: Request, token: SampledToken) -> str | None:
-        """Decide whether this token (already appended to request.output_ids) ends the request: "stop",
-        "length" or None. The sink must end it by the context's end (the scheduler fails it otherwise)."""
-
-    def on_finish(self, request: Request) -> None:
-        """The request ended (request.finish_reason: stop, length, cancelled or error; request.error)."""
 
 
 class Scheduler:
@@ -50,11 +41,12 @@ class Scheduler:
         self.slots = SlotTable(config.group_slots())
         self._reading: ActiveRead | None = None
         self._parked: list[ActiveRead] = []
-        self._to_release: list[Request] = []  # finished inside an executor call; slot freed after it
         self._previous_was_read = False
         self._last_unit_ms = 0.0
         self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "target_runs": 0, "lead_ins": 0, "yields": 0, "bstops": 0,
                        "read_runs": 0}
+        self.endings = Endings(config.ctx, sink, self.intake, self._emit, self.counts)
+        self._on_token, self._finish = self.endings.on_token, self.endings.finish
 
     # -- other threads ------------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -89,7 +81,7 @@ class Scheduler:
 
     def step(self) -> bool:
         """Plan and run one step (at most one executor call). False when there was nothing to do."""
-        self._release_finished()
+        self.endings.release(self.slots, self.executor)
         plan = self.plan()
         if isinstance(plan, StopPlan):
             self._stop(plan.requests)
@@ -104,15 +96,8 @@ class Scheduler:
             self._decode(plan.groups, max_rounds=plan.max_rounds, should_stop=lambda: self._interrupt(epoch))
         else:
             return False
-        self._release_finished()
+        self.endings.release(self.slots, self.executor)
         return True
-
-    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
-        """Step until there is nothing to do; returns the steps taken (tests and batch use)."""
-        for steps in range(max_steps):
-            if not self.step():
-                return steps
-        raise RuntimeError(f"scheduler still busy after {max_steps} steps")
 
     # -- plan execution -----------------------------------------------------------------------------
     def _start(self, start: Start, request: Request, slot: int | None) -> None:
@@ -252,53 +237,6 @@ class Scheduler:
                 self._parked = [a for a in self._parked if a.request is not request]
             self._finish(request, "cancelled")
 
-    # -- finishing ----------------------------------------------------------------------------------
-    def _on_token(self, request: Request, token: SampledToken) -> None:
-        """Called by the executor for every sampled token (possibly on its own thread)."""
-        if request.phase is Phase.FINISHED:
-            return
-        request.output_ids.append(token.token_id)
-        try:
-            reason = self.sink.on_token(request, token)
-        except Exception as exc:
-            self._finish(request, "error", exc)
-            return
-        if reason is None and request.prompt_tokens + request.tokens_generated >= self.config.ctx:
-            # The sink decides when a request ends; a sink that lets the context overflow is a bug.
-            self._finish(request, "error", RuntimeError(f"the context ({self.config.ctx} tokens) is full and the sink did not end the request"))
-        elif reason is not None:
-            self._finish(request, reason)
-
-    def _finish(self, request: Request, reason: str, exc: BaseException | None = None) -> None:
-        request.phase = Phase.FINISHED
-        request.finish_reason = reason
-        if exc is not None:
-            request.error = f"{type(exc).__name__}: {exc}"
-        self.intake.retire(request)
-        self.counts["finished"] += 1
-        fields = {"reason": reason, "tokens_generated": request.tokens_generated}
-        if request.error:
-            fields["error"] = request.error.replace(" ", "_")[:200]  # one token on the log line
-        self._emit("FINISH", request, **fields)
-        try:
-            self.sink.on_finish(request)
-        except Exception as sink_exc:  # the sink's failure must not take the scheduler down
-            warnings.warn(f"sink.on_finish failed for {request.request_id}: {sink_exc!r}", RuntimeWarning, stacklevel=2)
-        if request.slot is not None:
-            self._to_release.append(request)
-
-    def _release_finished(self) -> None:
-        while self._to_release:
-            request = self._to_release.pop()
-            slot = request.slot
-            if slot is None or self.slots.owner(slot) is not request:
-                continue
-            self.slots.release(slot)
-            try:
-                self.executor.free_slot(slot)
-            except Exception as exc:
-                warnings.warn(f"executor.free_slot({slot}) failed: {exc!r}", RuntimeWarning, stacklevel=2)
-
     # -- helpers ------------------------------------------------------------------------------------
     def _read_interrupt(self, request: Request) -> bool:
         """End an interruptible run early (mixed read, pause target): it was cancelled, or a short request could take over."""
@@ -312,7 +250,7 @@ class Scheduler:
             return True
         if not self.intake.waiting_count():
             return False
-        return self.slots.free_count() > 0 or bool(self._to_release)
+        return self.slots.free_count() > 0 or bool(self.endings.to_release)
 
     def _emit(self, kind: str, request: Request | None = None, **fields: Any) -> None:
         slot = request.slot if request is not None else None
