@@ -243,22 +243,3 @@ class FakeEngine:
         job.done.set()
         if job.on_output:
             job.on_output(Finished(job.completion, text[job.emitted:]))
-
-
-def serving(engine, **app_kwargs):
-    """Context manager: the app for `engine` on uvicorn in a background thread; yields (url, app)."""
-    from contextlib import contextmanager
-
-    from strata_engine.server import create_app
-    from strata_engine.server.run import run_in_thread
-
-    @contextmanager
-    def _serving():
-        app = create_app(engine, **app_kwargs)
-        url, stop = run_in_thread(app)
-        try:
-            yield url, app
-        finally:
-            stop()
-
-    return _serving()

@@ -1,4 +1,5 @@
-"""Test doubles for the scheduler: a fake clock with timers, a recording sink and executor, a harness.
+"""Test doubles for the scheduler: a fake clock with timers, a recording sink and executor, a harness,
+and the scenario helpers its tests share (streams that decode, cancelling them after a joiner).
 
 The fake clock only moves when the simulated executor sleeps (or a test advances it), and fires
 timers (`at(t, fn)`) at their exact time inside a sleep, so a request can arrive mid-piece. A whole
@@ -157,3 +158,30 @@ class Harness:
     def solo_tokens(self, request_id: str, count: int) -> list[int]:
         request = self.requests[request_id]
         return [self.sim.token_for(request, i).token_id for i in range(count)]
+
+
+# -- scenario helpers shared by the scheduler tests -------------------------------------------------
+K = 1024
+PIPED = dict(batch=6, batch_groups=2, num_stages=2, prefill_chunk=512, ctx=256 * K)
+
+
+def streams(h: Harness, count: int = 4, max_tokens: int = 1_000_000) -> list[str]:
+    names = [f"stream{i}" for i in range(count)]
+    for name in names:
+        h.add(name, 64, max_tokens=max_tokens)
+    return names
+
+
+def stop_streams_after(h: Harness, names: list[str], joiner: str, tail_s: float = 1.0) -> None:
+    """Cancel the streams once `joiner` has its first token (checked between steps)."""
+    def check() -> None:
+        if h.sink.tokens.get(joiner):
+            for name in names:
+                h.scheduler.cancel(name)
+        else:
+            h.clock.at(h.clock.now + tail_s, check)
+    h.clock.at(tail_s, check)
+
+
+def longest_stream_gap(h: Harness, names: list[str], since: float) -> float:
+    return max(h.sink.longest_gap(n, since=since) for n in names)

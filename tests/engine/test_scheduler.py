@@ -8,34 +8,8 @@ import sys
 
 import pytest
 
-from fakes import Harness
+from fakes import PIPED, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.scheduler.request import Phase
-
-K = 1024
-PIPED = dict(batch=6, batch_groups=2, num_stages=2, prefill_chunk=512, ctx=256 * K)
-
-
-def streams(h: Harness, count: int = 4, max_tokens: int = 1_000_000) -> list[str]:
-    names = [f"stream{i}" for i in range(count)]
-    for name in names:
-        h.add(name, 64, max_tokens=max_tokens)
-    return names
-
-
-def stop_streams_after(h: Harness, names: list[str], joiner: str, tail_s: float = 1.0) -> None:
-    """Cancel the streams once `joiner` has its first token (checked between steps)."""
-    def check() -> None:
-        if h.sink.tokens.get(joiner):
-            for name in names:
-                h.scheduler.cancel(name)
-        else:
-            h.clock.at(h.clock.now + tail_s, check)
-    h.clock.at(tail_s, check)
-
-
-def longest_stream_gap(h: Harness, names: list[str], since: float) -> float:
-    return max(h.sink.longest_gap(n, since=since) for n in names)
-
 
 def test_pieces_bound_every_pause_by_one_piece_plus_one_budget():
     h = Harness(**PIPED, piped_read_piece=16 * K)

@@ -1,24 +1,25 @@
 """The mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
 and the pause target (a read run that ends itself at the target, by its own measured chunk completions), both ending a run early at a
-chunk boundary when a short request could take over; over the simulated executor on a fake clock,
-and once on the real torch pipeline."""
+chunk boundary when a short request could take over; over the simulated executor on a fake clock
+(the real torch pipeline's run of these modes is in test_pieces_e2e.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from fakes import TEST_PROFILE, Harness
+from fakes import PIPED, TEST_PROFILE, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
 from strata_engine.scheduler.scheduler import Scheduler
-from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
+from tokens_equal import assert_tokens_equal
 
 
 def assert_solo(h: Harness, names: list[str]) -> None:
     for name in names:
         got = [t for _, t in h.sink.tokens[name]]
-        assert got == h.solo_tokens(name, len(got)), f"{name}: interleaved tokens differ from solo"
+        assert_tokens_equal(expected=h.solo_tokens(name, len(got)), actual=got, label=name, expected_name="solo",
+                            actual_name="interleaved")
 
 
 # -- the mixed read ---------------------------------------------------------------------------------
@@ -181,42 +182,3 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
     reads = [c[2] for c in h.executor.calls if c[0] == "read" and c[1] == "read45k"]
     assert len(reads) == 2 and reads[1][0][0] == y.fields["tokens_read"]  # resumed where it stopped
     assert_solo(h, ["read45k", "question"])
-
-
-# -- the real torch pipeline ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def torch_solo():
-    from test_pieces_e2e import CHUNK, GREEDY, PROMPTS
-
-    from strata_engine.engine import Engine
-
-    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
-        return {name: engine.generate([p], GREEDY)[0].token_ids for name, p in PROMPTS.items()}
-
-
-@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
-                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"}],
-                         ids=["mixed", "target", "mixed-target"])
-def test_torch_pipeline_interleaved_equals_solo(torch_solo, env):
-    """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
-    from test_pieces_e2e import CHUNK, GREEDY, LONG, PROMPTS
-
-    from strata_engine import SamplingParams
-    from strata_engine.engine import Engine
-
-    solo = torch_solo
-    long_params = SamplingParams(max_tokens=200, ignore_eos=True)
-    with Engine.from_pretrained(batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env) as engine:
-        a = engine.submit(PROMPTS["A"], long_params, request_id="A")
-        b = engine.submit(PROMPTS["B"], long_params, request_id="B")
-        next(iter(a)), next(iter(b))
-        handles = {name: engine.submit(PROMPTS[name], GREEDY, request_id=name) for name in "CDE"}
-        outs = {name: h.result(timeout=120) for name, h in handles.items()}
-        outs["A"], outs["B"] = a.result(timeout=120), b.result(timeout=120)
-        events = list(engine.events.since(0)[0])
-    yielded = [e for e in events if e.kind == "YIELDED"]
-    assert yielded and yielded[0].fields["to"] == "E" and yielded[0].fields["tokens_read"] < LONG
-    for name, expected in solo.items():
-        got = outs[name].token_ids[: len(expected)]
-        index = next((i for i, (x, y) in enumerate(zip(expected, got)) if x != y), None)
-        assert index is None, f"{name}: first difference at {index}: solo={expected[index]} interleaved={got[index]}"
