@@ -62,7 +62,7 @@ class RecordingExecutor:
         self.calls: list[tuple[str, Any, Any]] = []
         self.results: dict[int, Any] = {}  # index into calls -> what that read/decode/mixed returned
         self.fail_read: set[str] = set()
-        self.asked = 0  # how often a run asked should_stop (issue 7's interruptible runs)
+        self.asked = 0  # how often a run asked should_stop (the mixed read's and pause target's interruptible runs)
         self.budgets: list[float | None] = []  # budget_ms of each read
         self.gaps: list[float | None] = []  # max_gap_ms of each mixed run
 
