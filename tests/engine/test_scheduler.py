@@ -313,3 +313,28 @@ def test_every_step_is_one_plan_and_at_most_one_executor_call(config):
     assert ReadPlan in seen and (BoundaryPlan in seen) == bool(config)  # the release reads in one run: no boundary
     assert (LeadInPlan in seen) == ("read_mix" not in config and bool(config))
     assert h.requests["short"].finish_reason == "length" and bool(h.events_of("YIELDED")) == bool(config)
+
+
+def test_a_cancel_during_the_lead_in_stops_the_read_before_it_starts():
+    from strata_engine.scheduler.plans import LeadInPlan, StopPlan
+
+    h = Harness(**PIPED, piped_read_piece=8 * K)
+    names = streams(h, 2)
+    h.add("first", 16 * K, max_tokens=2, at=0.5)
+    h.add("second", 16 * K, max_tokens=2, at=0.6)
+    for _ in range(10_000):
+        plan = h.scheduler.plan()
+        if isinstance(plan, LeadInPlan) and plan.request.request_id == "second":
+            break
+        if not h.scheduler.step():
+            h.clock.advance_to(h.clock.next_timer())
+    else:
+        raise AssertionError("no lead-in before the second read")
+    h.clock.at(h.clock.now + 0.001, lambda: h.scheduler.cancel("second"))  # while the lead-in's budget runs
+    h.scheduler.step()
+    assert h.events_of("LEADIN", "second") and isinstance(h.scheduler.plan(), StopPlan)
+    for name in names:
+        h.scheduler.cancel(name)
+    h.run()
+    assert h.events_of("BSTOP", "second")[0].fields["tokens_read"] == 0
+    assert not [c for c in h.executor.calls if c[0] == "read" and c[1] == "second"]
