@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Mapping
 
 # Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
 ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
@@ -125,7 +125,7 @@ class EngineConfig:
     sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
     time_scale: float = 1.0  # sim: modelled seconds per wall second
     threads: int | None = None  # torch intra-op threads per stage worker
-    stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for)
+    stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for; auto is "thread" today)
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
@@ -160,7 +160,7 @@ class EngineConfig:
             return len(self.devices)
         return 2 if self.split is not None else 1
 
-    def stage_workers_for(self, stage_devices: Sequence[str]) -> str:
+    def stage_workers_for(self) -> str:
         """What runs each pipeline stage: a thread of this process or a process of its own."""
         if self.stage_workers != "auto":
             return self.stage_workers

@@ -2,8 +2,9 @@
 
 Contract: `submit` validates a request synchronously (a bad one raises `RequestError` naming the
 field and disturbs nothing else), then the scheduler thread reads, decodes and delivers each token
-through the handle (and `on_output`) the moment it is sampled. The engine knows tokenization and
-postprocessing (stop strings, EOS, max tokens); the scheduler knows neither, the executor only runs plans.
+through the handle (and `on_output`) the moment it is sampled. The engine knows tokenization, decides
+once per token whether it ends its request (`finish.finish_reason`: EOS, max tokens, the context's end)
+and postprocesses text (stop strings); the scheduler knows neither, the executor only runs plans.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .config import EngineConfig
 from .events import EventLog
+from .finish import finish_reason
 from .executors.protocol import SampledToken
 from .outputs import Completion, Finished, RequestHandle, RequestState, TokenOutput
 from .errors import RequestError
@@ -170,7 +172,7 @@ class Engine:
         with self._lock:
             if request_id in self._states:
                 raise RequestError(f"request id {request_id!r} is already in use", "request_id")
-        handle = RequestHandle(request_id, self.cancel)
+        handle = RequestHandle(request_id, self.cancel, prompt_tokens=len(ids))
 
         def deliver(item: TokenOutput | Finished) -> None:
             handle._push(item)
@@ -180,8 +182,7 @@ class Engine:
         seed = params.seed if params.seed is not None else next(self._seeds)
         state = RequestState(
             request_id=request_id, prompt_ids=ids, params=params, decoder=self.tokenizer.decode_stream(),
-            token_text=lambda tid: self.tokenizer.decode([tid]), eos_token_id=self.eos_token_id, ctx=self.ctx,
-            deliver=deliver, clock=self.clock, seed=seed,
+            token_text=lambda tid: self.tokenizer.decode([tid]), deliver=deliver, clock=self.clock, seed=seed,
         )
         state.sampler = self._make_sampler(params, seed)
         request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state)
@@ -205,7 +206,13 @@ class Engine:
 
     # -- the scheduler's sink ------------------------------------------------------------------
     def on_token(self, request: Request, token: SampledToken) -> str | None:
-        return request.payload.accept(token)
+        state: RequestState = request.payload
+        reason = finish_reason(token.token_id, tokens_generated=request.tokens_generated, prompt_tokens=request.prompt_tokens,
+                               max_tokens=request.max_tokens, ctx=self.ctx, eos_token_id=self.eos_token_id,
+                               ignore_eos=state.params.ignore_eos)
+        if reason == "stop":  # EOS ends the request and is not part of its output
+            return reason
+        return state.accept(token, reason)
 
     def on_finish(self, request: Request) -> None:
         state: RequestState = request.payload

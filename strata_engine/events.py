@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 # Kinds. A read is split into PIECEs; LEADIN is the decode budget before a read that follows a read;
 # YIELDED is a give-way (BYIELD); BSTOP a cancelled read/request freed; READ_START/READ_DONE bracket a
-# prompt read; ADMIT/FINISH bracket a request's life in a slot; MIX/TARGET are issue-7 modes.
-KINDS = ("ADMIT", "READ_START", "PIECE", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX")
+# prompt read; ADMIT/FINISH bracket a request's life in a slot; MIX is a mixed read's run, TARGET a pause-target run.
+KINDS = ("ADMIT", "READ_START", "PIECE", "TARGET", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX")
 
 
 @dataclass(frozen=True)
@@ -41,39 +41,6 @@ class EngineEvent:
 
 def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def parse_log_line(line: str) -> dict[str, Any] | None:
-    """Parse one event line back into a dict (kind, slot, request_id, fields); None if not an event."""
-    parts = line.strip().split()
-    if not parts:
-        return None
-    out: dict[str, Any] = {}
-    if parts[0] == "YIELDED" and len(parts) >= 3:
-        out = {"kind": "YIELDED", "slot": int(parts[1]), "tokens_read": int(parts[2])}
-        rest = parts[3:]
-    elif parts[0] == "STRATA" and len(parts) >= 2 and parts[1] in KINDS:
-        out = {"kind": parts[1]}
-        rest = parts[2:]
-    else:
-        return None
-    for item in rest:
-        if "=" not in item:
-            continue
-        k, v = item.split("=", 1)
-        if k == "request":
-            k = "request_id"
-        out[k] = _parse_value(v)
-    return out
-
-
-def _parse_value(v: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return v
 
 
 class EventLog:

@@ -1,7 +1,8 @@
 """What a request gives back: per-token outputs, the final completion, and the handle a caller holds.
 
-`RequestState` is the engine's per-request postprocessing (stop strings, EOS, max tokens, incremental
-text); it lives in `Request.payload`, so executors read `payload.params` to sample.
+`RequestState` is the engine's per-request postprocessing (incremental text, stop strings, delivery);
+it lives in `Request.payload`, so executors read `payload.sampler` to sample. Whether a token ends its
+request (EOS, max tokens, the context's end) the engine decides (`finish.finish_reason`) and tells it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class TokenOutput:
     logprob: float | None = None
     top_logprobs: list[tuple[int, str, float]] | None = None
     t: float = 0.0  # engine clock (monotonic seconds) when the token was sampled
+    finish_reason: str | None = None  # set on the request's last token: "stop" or "length"
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,9 @@ _END = object()
 class RequestHandle:
     """Held by the caller: iterate for tokens (blocking), `result()` for the completion, `cancel()` to stop."""
 
-    def __init__(self, request_id: str, cancel: Callable[[str], None]):
+    def __init__(self, request_id: str, cancel: Callable[[str], None], prompt_tokens: int = 0):
         self.request_id = request_id
+        self.prompt_tokens = prompt_tokens  # the prompt's length in tokens, as the engine tokenized it
         self._cancel = cancel
         self._items: queue.Queue = queue.Queue()
         self._done = threading.Event()
@@ -91,8 +94,6 @@ class RequestState:
     params: SamplingParams
     decoder: Any  # tokenizer.decode_stream()-like object: .add(token_id) -> str delta
     token_text: Callable[[int], str]
-    eos_token_id: int | None
-    ctx: int
     deliver: Callable[[TokenOutput | Finished], None]
     clock: Callable[[], float]
     seed: int = 0
@@ -103,22 +104,16 @@ class RequestState:
     outputs: list[TokenOutput] = field(default_factory=list)
     finished: bool = False
 
-    def accept(self, token: SampledToken) -> str | None:
-        """Take one sampled token; deliver what is safe to show; return a finish reason or None."""
+    def accept(self, token: SampledToken, reason: str | None) -> str | None:
+        """Take one output token and the engine's finish decision for it (None, or "length"); deliver what
+        is safe to show, the reason on it; return the reason, "stop" when a stop string ended the text."""
         p = self.params
-        if token.token_id == self.eos_token_id and not p.ignore_eos:
-            return "stop"  # EOS is not part of the output; a held-back tail is in completion.text
         self.token_ids.append(token.token_id)
         self.text += self.decoder.add(token.token_id)
-        reason = None
         stop_at = self._stop_index()
         if stop_at is not None:
             self.text = self.text[:stop_at]
             reason = "stop"
-        elif len(self.token_ids) >= p.max_tokens:
-            reason = "length"
-        elif len(self.prompt_ids) + len(self.token_ids) >= self.ctx:
-            reason = "length"
         # hold back a tail that could still become a stop string
         hold = 0 if reason else max((len(s) - 1 for s in p.stop), default=0)
         upto = max(self.emitted_chars, len(self.text) - hold)
@@ -127,7 +122,7 @@ class RequestState:
         top = None
         if token.top:
             top = [(tid, self.token_text(tid), lp) for tid, lp in token.top]
-        out = TokenOutput(len(self.token_ids) - 1, token.token_id, delta, token.logprob, top, self.clock())
+        out = TokenOutput(len(self.token_ids) - 1, token.token_id, delta, token.logprob, top, self.clock(), reason)
         if p.logprobs is not None:
             self.outputs.append(out)
         self.deliver(out)

@@ -1,8 +1,9 @@
 """The executor contract between the pure-Python scheduler and whatever runs the model.
 
 The scheduler decides *what* runs (read these chunks of this request, decode these groups for a
-budget, drain); an executor decides *how* (torch pipeline stages in `pipeline.py`, or the cost model
-in `sim.py`). Executors report measured milliseconds and deliver each sampled token through
+budget); an executor decides *how* (torch pipeline stages in `runtime/pipeline.py`, or the cost model
+in `sim.py`), and inside a run follows `scheduler/read_policy.py` (when an interruptible run ends,
+which group rides a mixed micro-batch). Executors report measured milliseconds and deliver each sampled token through
 `on_token` the moment it exists, so streaming clients see true arrival times.
 This module imports no torch.
 """
@@ -45,7 +46,7 @@ class DecodeResult:
 
 @dataclass(frozen=True)
 class MixedResult:
-    """Issue 7: micro-batches that each carry one read chunk plus one group's decode tokens."""
+    """Outcome of one mixed read run: micro-batches that each carry one read chunk plus one group's decode tokens."""
 
     ms: float
     chunks: int
@@ -69,10 +70,9 @@ class Executor(Protocol):
         """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
         stream through the stages back to back and only the run's end drains the pipeline. When the
         last chunk ends at the prompt's end, sample the first output token (and call on_token).
-        should_stop (issue 7's modes only; None = never asked): asked before each chunk after the
-        first; True ends the run there, after the chunks in flight: RunResult says what was read.
-        budget_ms (the pause target): likewise leave out a chunk that, by the run's own measured chunk
-        completions, would end the run past budget_ms (scheduler.batch_read.run_end_estimate_ms)."""
+        should_stop (mixed read and pause target only; None = never asked) and budget_ms (the pause
+        target): before each chunk after the first, `read_policy.end_run` says whether the run ends
+        there, after the chunks in flight; RunResult says what was read."""
 
     def decode(
         self,
@@ -96,7 +96,6 @@ class Executor(Protocol):
         should_stop: Callable[[], bool] | None = None,
         max_gap_ms: float | None = None,
     ) -> MixedResult:
-        """Issue 7: read chunks[i] together with the decode tokens of groups[i % len(groups)] in one
-        micro-batch each, pipelined, draining only at the end. should_stop as in read. max_gap_ms (a
-        pause target): a group rides only when skipping would leave it longer than that without a
-        token, by the run's measured chunk interval (scheduler.batch_read.ride_along)."""
+        """The mixed read: each chunk in one micro-batch together with the decode tokens of the group
+        `read_policy.choose_rider` picks, pipelined, draining only at the end. should_stop as in read.
+        max_gap_ms (a pause target): a group rides only when it is due (`read_policy.ride_along`)."""

@@ -17,7 +17,7 @@ from array import array
 from typing import Callable, Sequence
 
 from .protocol import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
-from ..scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
+from ..scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
 from ..scheduler.request import Phase, Request
 from .sim_profile import CostProfile, load_profile
 
@@ -155,10 +155,10 @@ class SimExecutor:
     # -- the protocol -------------------------------------------------------------------------------
     def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
              should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
-        """One run. At each chunk's issue (stage 0 free) after the first, should_stop is asked, and with
-        budget_ms the chunk is left out when the completions measured so far say the run would end
-        past the budget (batch_read.run_end_estimate_ms: the rule a real executor can follow); either
-        ends the run there: the chunks in flight finish, the rest are not read."""
+        """One run. At each chunk's issue (stage 0 free) after the first, `read_policy.end_run` decides on
+        the completions modelled so far (what a real executor knows: it sees only finished chunks)
+        whether the run ends there (should_stop, or budget_ms by the run-end estimate): the chunks in
+        flight finish, the rest are not read."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
@@ -170,13 +170,9 @@ class SimExecutor:
                 issue = stage_free[0]
                 if should_stop is not None or budget_ms is not None:
                     self._wait_until(issue)
-                if should_stop is not None and should_stop():
-                    break
-                if budget_ms is not None:
-                    measured = [t for t in completions if t <= issue]
-                    estimate = run_end_estimate_ms(measured, len(completions) - len(measured), issue, self._read_interval_ms,
-                                                   self.num_stages)
-                    if estimate is not None and estimate > budget_ms:
+                    measured = [t for t in completions if t <= issue]  # what a real executor knows by now
+                    if end_run(should_stop, budget_ms, measured, len(completions) - len(measured), issue,
+                               self._read_interval_ms, self.num_stages):
                         break
             done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
             completions.append(done)
@@ -243,9 +239,10 @@ class SimExecutor:
 
     def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken,
               should_stop: Callable[[], bool] | None = None, max_gap_ms: float | None = None) -> MixedResult:
-        """Issue 7: micro-batch i carries chunk i plus the decode tokens of group i % G (when that group's
-        previous token is out), so the streams advance while the prompt is read. should_stop as in read;
-        with max_gap_ms a group rides only when due (batch_read.ride_along, by measured completions)."""
+        """The mixed read: micro-batch i carries chunk i plus the decode tokens of the group that
+        `read_policy.choose_rider` picks (round robin over groups whose previous token is out; with
+        max_gap_ms only one that is due), so the streams advance while the prompt is read. should_stop
+        as in read."""
         self._check_read(request, chunks)
         self._begin()
         p = self.profile
@@ -263,17 +260,14 @@ class SimExecutor:
                 if should_stop():
                     break
             read += 1
-            riders: list[Request] = []
             interval = None
             if max_gap_ms is not None:
-                interval = run_interval_ms([t for t in completions if t <= issue]) or self._read_interval_ms
-            for _ in range(len(live_groups)):  # the next group whose token is out (and, under a target, is due)
-                group = live_groups[turn % len(live_groups)]
-                turn += 1
-                if group[1] <= issue and (max_gap_ms is None or ride_along(issue - group[2], interval, self.num_stages, max_gap_ms)):
-                    riders = [r for r in group[0] if r.phase is Phase.DECODING]
-                    if riders:
-                        break
+                interval = rider_interval_ms([t for t in completions if t <= issue], self._read_interval_ms)
+            pick, turn = choose_rider(turn, [g[1] <= issue for g in live_groups], [issue - g[2] for g in live_groups],
+                                      lambda i: any(r.phase is Phase.DECODING for r in live_groups[i][0]),
+                                      interval, self.num_stages, max_gap_ms)
+            group = live_groups[pick] if pick is not None else None
+            riders = [] if group is None else [r for r in group[0] if r.phase is Phase.DECODING]
             for rider in riders:
                 self._check_decode(rider)
             stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms([r.context_tokens for r in riders])

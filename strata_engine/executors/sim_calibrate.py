@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import SchedulerConfig
 from ..events import EventLog
+from ..finish import finish_reason
 from ..scheduler.request import Request
 from ..scheduler.scheduler import Scheduler
 from .sim import SimExecutor
@@ -53,15 +54,17 @@ class SimRequest:
 
 @dataclass
 class TimelineSink:
-    """Records each token's arrival on the virtual clock."""
+    """Records each token's arrival on the virtual clock; ends a request as the engine does (`finish_reason`)."""
 
     clock: VirtualClock
     tokens: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     finished: list[Request] = field(default_factory=list)
+    ctx: int = 1 << 62  # the scheduler's context; the default never ends a request
 
     def on_token(self, request: Request, token: Any) -> str | None:
         self.tokens.setdefault(request.request_id, []).append((self.clock.now, token.token_id))
-        return None
+        return finish_reason(token.token_id, tokens_generated=request.tokens_generated, prompt_tokens=request.prompt_tokens,
+                             max_tokens=request.max_tokens, ctx=self.ctx, eos_token_id=None)
 
     def on_finish(self, request: Request) -> None:
         self.finished.append(request)
@@ -74,7 +77,7 @@ def simulate(profile: CostProfile, config: SchedulerConfig, requests: list[SimRe
              max_steps: int = 1_000_000) -> tuple[TimelineSink, EventLog, dict[str, float]]:
     """Run a scenario; streams are cancelled `tail_s` after the last joiner's first token."""
     clock = VirtualClock()
-    sink, events = TimelineSink(clock), EventLog()
+    sink, events = TimelineSink(clock, ctx=config.ctx), EventLog()
     executor = SimExecutor(profile, clock=clock, sleep=clock.sleep, vocab_size=32000, num_stages=config.num_stages)
     scheduler = Scheduler(config, executor, clock=clock, sink=sink, events=events)
     sends = {r.name: r.at_s for r in requests}

@@ -14,7 +14,7 @@ import torch
 
 from .protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
-from ..scheduler.batch_read import ride_along, run_end_estimate_ms, run_interval_ms
+from ..scheduler.read_policy import choose_rider, end_run, issue_depth, rider_interval_ms, run_interval_ms
 from ..scheduler.request import Phase, Request
 
 
@@ -48,13 +48,14 @@ class TorchExecutor:
             for start, end in chunks:
                 self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
             results = self.pipeline.drain()
-        else:  # issue 7: one chunk more than the stages in flight; each further one only if allowed
+        else:  # an interruptible run: read_policy says how deep to fill and whether to issue each chunk
             results, pending, completions = [], list(chunks), []
-            blind = budget_ms is not None and self._read_interval_ms is None  # nothing measured yet: one chunk first
             while pending or self.pipeline.in_flight:
-                depth = 1 if blind and not completions else self.num_stages + 1
+                depth = issue_depth(budget_ms, self._read_interval_ms, len(completions), self.num_stages)
                 if pending and self.pipeline.in_flight < depth:
-                    if len(pending) < len(chunks) and self._stop_run(should_stop, budget_ms, completions, t0):
+                    now = (self.clock() - t0) * 1000.0
+                    if len(pending) < len(chunks) and end_run(should_stop, budget_ms, completions, self.pipeline.in_flight,
+                                                               now, self._read_interval_ms, self.num_stages):
                         chunks = chunks[:len(chunks) - len(pending)]
                         pending = []
                         continue
@@ -72,16 +73,6 @@ class TorchExecutor:
             on_token(request, first)
         tokens = sum(end - start for start, end in chunks)
         return RunResult((self.clock() - t0) * 1000.0, len(chunks), tokens, first)
-
-    def _stop_run(self, should_stop, budget_ms, completions: list[float], t0: float) -> bool:
-        """Issue 7: end the run before the next chunk (a give-way or cancel, or the pause target)."""
-        if should_stop is not None and should_stop():
-            return True
-        if budget_ms is None:
-            return False
-        now = (self.clock() - t0) * 1000.0
-        estimate = run_end_estimate_ms(completions, self.pipeline.in_flight, now, self._read_interval_ms, self.num_stages)
-        return estimate is not None and estimate > budget_ms
 
     # -- decode --------------------------------------------------------------------------------
     @staticmethod
@@ -139,13 +130,12 @@ class TorchExecutor:
         live_groups = max(1, sum(1 for n in started.values() if n))
         return DecodeResult((self.clock() - t0) * 1000.0, micro_batches // live_groups, tokens)
 
-    # -- mixed (issue 7) -------------------------------------------------------------------------
+    # -- mixed read ---------------------------------------------------------------------------
     def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None) -> MixedResult:
         """Each micro-batch carries one read chunk plus the decode tokens of one group, so decoding
         slots advance every micro-batch and nothing drains until the run's end. should_stop is asked
         before each chunk after the first; True ends the run there (the chunks in flight finish).
-        With max_gap_ms a group rides only when skipping would leave it longer than that without a
-        token (batch_read.ride_along over the measured completions)."""
+        Which group rides is `read_policy.choose_rider`'s choice (with max_gap_ms: only one that is due)."""
         t0 = self.clock()
         live = [gi for gi in range(len(groups)) if self._live(groups[gi])]
         pending = list(chunks)
@@ -167,17 +157,12 @@ class TorchExecutor:
             rows: list[Request] = []
             gi = None
             now = (self.clock() - t0) * 1000.0
-            interval = None if max_gap_ms is None else (run_interval_ms(completions) or self._read_interval_ms)
-            for _ in range(len(live)):  # the next group with no token in flight (and, under a target, due)
-                cand = live[next_group % len(live)]
-                next_group += 1
-                due = max_gap_ms is None or ride_along(now - last_token[cand], interval, self.num_stages, max_gap_ms)
-                if cand not in busy and due:
-                    rows = self._live(groups[cand])
-                    if rows:
-                        gi = cand
-                        break
-            if gi is not None:
+            interval = None if max_gap_ms is None else rider_interval_ms(completions, self._read_interval_ms)
+            pick, next_group = choose_rider(next_group, [g not in busy for g in live], [now - last_token[g] for g in live],
+                                            lambda i: bool(self._live(groups[live[i]])), interval, self.num_stages, max_gap_ms)
+            if pick is not None:
+                gi = live[pick]
+                rows = self._live(groups[gi])
                 busy.add(gi)
                 parts.append(self._decode_part(rows))
             submitted_at[seq] = self.clock()

@@ -2,13 +2,10 @@
 
 Contract: small functions of plain numbers, no state, no clock. The scheduler calls them to decide
 how many prompt tokens one read unit covers, how long the decoding slots run after a piece, and
-whether a read starts with a lead-in; the executors call issue 7's (`run_end_estimate_ms`,
-`ride_along`) inside a run, so the torch and simulated executors follow one rule. Bad arguments raise
-ValueError naming the argument.
+whether a read starts with a lead-in. The opt-in modes beyond the spec (mixed read, pause target) are
+in `read_policy`. Bad arguments raise ValueError naming the argument.
 """
 from __future__ import annotations
-
-from typing import Sequence
 
 MAX_PIECE_CHUNKS = 32  # the spec's cap: a piece is at most 32 chunks
 
@@ -57,8 +54,8 @@ def batch_read_piece(chunk: int, batch_groups: int, piece_tokens: int = 0) -> in
 
     One group (G = 1) reads one chunk at a time, so slots decode between chunks. Pipelined groups
     (G > 1) return 0, the whole prompt in one pipelined run, unless pieces are set, in which case the
-    unit is `piped_read_piece(piece_tokens, chunk)`. The 0 is issue #1906's question 3: it is why the
-    pipelined path never decoded during a read before the spec's change.
+    unit is `piped_read_piece(piece_tokens, chunk)`. The 0 is why the pipelined path never decoded
+    during a read before the spec's change: the whole prompt was one run.
     """
     _check_chunk(chunk)
     if not isinstance(batch_groups, int) or batch_groups < 1:
@@ -80,45 +77,3 @@ def next_read_chunks(tokens_read: int, prompt_tokens: int, chunk: int, unit_toke
         raise ValueError(f"unit_tokens must be >= 0, got {unit_tokens}")
     end = prompt_tokens if unit_tokens == 0 else min(prompt_tokens, tokens_read + unit_tokens)
     return [(start, min(start + chunk, end)) for start in range(tokens_read, end, chunk)]
-
-
-
-def run_interval_ms(completions_ms: Sequence[float]) -> float | None:
-    """The time between chunk completions of a full pipeline (one bottleneck-stage time): the mean of
-    the last (up to 4) measured intervals, so attention's growth with context shows within a few
-    chunks. None before two completions."""
-    if len(completions_ms) < 2:
-        return None
-    recent = list(completions_ms[-5:])
-    return (recent[-1] - recent[0]) / (len(recent) - 1)
-
-
-def ride_along(since_token_ms: float, interval_ms: float | None, num_stages: int, max_gap_ms: float) -> bool:
-    """Issue 7's mixed read under a pause target: should a group's decode tokens ride the micro-batch
-    issued now? Its token then comes S intervals from now; skipped, the next chance brings it S + 1
-    intervals from now. Ride when waiting would leave the group's streams more than max_gap_ms after
-    their last token (since_token_ms ago), or when no interval is measured yet."""
-    if interval_ms is None:
-        return True
-    return since_token_ms + (num_stages + 1) * interval_ms > max_gap_ms
-
-
-def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms: float,
-                        prior_interval_ms: float | None = None, num_stages: int = 1) -> float | None:
-    """Issue 7's pause target, measured inside a read run (times since the run's start): when the run
-    would end if one more chunk were issued now. The new chunk ends (in_flight + 1) intervals after
-    the later of now and the last completion; the interval is this run's (run_interval_ms) once two
-    chunks are out, before that `prior_interval_ms` (the executor's previous run's), and with neither
-    but one completion, that completion over the stage count: the first chunk crossed every stage after
-    the run's fixed cost, so this over-estimates (safe). The run's fixed cost is inside the times
-    already. None when nothing is known yet."""
-    if in_flight < 0:
-        raise ValueError(f"in_flight must be >= 0, got {in_flight}")
-    interval = run_interval_ms(completions_ms)
-    if interval is None:
-        interval = prior_interval_ms
-    if interval is None and completions_ms:
-        interval = completions_ms[0] / num_stages
-    if interval is None:
-        return None
-    return max(now_ms, completions_ms[-1] if completions_ms else 0.0) + (in_flight + 1) * interval

@@ -42,10 +42,6 @@ class Request:
         return len(self.output_ids)
 
     @property
-    def tokens_to_read(self) -> int:
-        return self.prompt_tokens - self.tokens_read
-
-    @property
     def context_tokens(self) -> int:
         """Tokens in the KV cache once the last sampled token is fed back: prompt + generated - 1."""
         return self.tokens_read + max(0, self.tokens_generated - 1)
@@ -54,7 +50,3 @@ class Request:
     def next_position(self) -> int:
         """Position of the token the next decode step feeds (the last sampled one)."""
         return self.prompt_tokens + self.tokens_generated - 1
-
-    @property
-    def done(self) -> bool:
-        return self.phase is Phase.FINISHED

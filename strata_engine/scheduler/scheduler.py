@@ -1,35 +1,29 @@
 """The scheduler: admits requests to slots, reads prompts (one at a time), decodes, finishes.
 
 Contract: `add` and `cancel` are thread-safe; `step` runs on one thread (the engine's loop): it plans
-from state (`plans.plan_step`), runs the plan through the executor, updates phases and slots and
-emits events. A cancel takes effect at the next boundary (BSTOP). The sink gets every token
+from state (`plans.plan_step`), runs the plan (at most one executor call), updates phases and slots
+and emits events. A cancel takes effect at the next boundary (BSTOP). The sink gets every token
 (`on_token(request, token) -> finish reason | None`) and exactly one `on_finish(request)` per request,
-whatever ends it; an exception while running one request fails that request only. No torch here.
+whatever ends it (`endings.py`); an exception while running one request fails that request only. No torch here.
 """
 from __future__ import annotations
 
-import inspect
-import threading
-import warnings
-from collections import deque
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
 from ..executors.protocol import DecodeResult, Executor, SampledToken
-from ..errors import RequestError
-from .plans import (ActiveRead, DecodePlan, IdlePlan, Plan, ReadPlan, StopPlan, give_way_candidate, interruptible,
-                    plan_boundary, plan_step, read_kind)
+from .endings import Endings, Sink
+from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadInPlan, Plan, ReadPlan, Start, StopPlan,
+                    UnitDone, give_way_candidate, plan_step)
+from .intake import Intake
+from .read_policy import ReadKind, check_executor, interruptible, read_kind
 from .request import Phase, Request
 from .slots import SlotTable
 
 
-class Sink(Protocol):
-    def on_token(self, request: Request, token: SampledToken) -> str | None:
-        """Postprocess one token (already appended to request.output_ids); return "stop"/"length" to end it."""
-
-    def on_finish(self, request: Request) -> None:
-        """The request ended (request.finish_reason: stop, length, cancelled or error; request.error)."""
+UNIT_EVENTS = {ReadKind.PIECE: "PIECE", ReadKind.TARGET: "TARGET"}
+UNIT_COUNTS = {ReadKind.PIECE: "pieces", ReadKind.TARGET: "target_runs"}
 
 
 class Scheduler:
@@ -40,68 +34,37 @@ class Scheduler:
         self.sink = sink
         self.events = events
         self.kind = read_kind(config)
-        if self.kind == "mix" and not callable(getattr(executor, "mixed", None)):
-            raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
         self.interruptible = interruptible(config)
-        if self.interruptible:
-            method, needs = ("mixed", ("should_stop", "max_gap_ms")) if self.kind == "mix" else ("read", ("should_stop", "budget_ms"))
-            missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
-            if missing:
-                raise ValueError(f"issue 7's modes need an executor whose {method}() takes {' and '.join(missing)}; this one does not")
-        self._lock = threading.Lock()
-        self._waiting: deque[Request] = deque()  # guarded by _lock
-        self._live: dict[str, Request] = {}  # every request not yet finished, by id; guarded by _lock
-        self._cancel_epoch = 0  # bumped by cancel(); guarded by _lock
+        check_executor(config, executor)
+        self.intake = Intake(config.ctx, clock)  # thread-safe: add and cancel come from other threads
         # Owned by the step thread:
         self.slots = SlotTable(config.group_slots())
         self._reading: ActiveRead | None = None
         self._parked: list[ActiveRead] = []
-        self._to_release: list[Request] = []  # finished inside an executor call; slot freed after it
         self._previous_was_read = False
         self._last_unit_ms = 0.0
-        self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "lead_ins": 0, "yields": 0, "bstops": 0, "read_runs": 0}
+        self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "target_runs": 0, "lead_ins": 0, "yields": 0, "bstops": 0,
+                       "read_runs": 0}
+        self.endings = Endings(config.ctx, sink, self.intake, self._emit, self.counts)
+        self._on_token, self._finish = self.endings.on_token, self.endings.finish
 
     # -- other threads ------------------------------------------------------------------------------
     def add(self, request: Request) -> None:
         """Queue a new request (FIFO). Raises RequestError for one the context cannot hold."""
-        if request.phase is not Phase.WAITING or request.slot is not None or request.tokens_read or request.output_ids:
-            raise ValueError(f"request {request.request_id!r} is not new (phase {request.phase.value}, slot {request.slot})")
-        if request.prompt_tokens < 1:
-            raise RequestError("prompt must not be empty", "prompt")
-        if request.prompt_tokens >= self.config.ctx:
-            raise RequestError(
-                f"prompt has {request.prompt_tokens} tokens but the context holds {self.config.ctx}", "prompt"
-            )
-        if request.max_tokens < 1:
-            raise RequestError(f"max_tokens must be >= 1, got {request.max_tokens}", "max_tokens")
-        with self._lock:
-            if request.request_id in self._live:
-                raise RequestError(f"request id {request.request_id!r} is already in use", "request_id")
-            request.arrival = self.clock()
-            self._live[request.request_id] = request
-            self._waiting.append(request)
+        self.intake.add(request)
 
     def cancel(self, request_id: str) -> bool:
         """Mark a request cancelled; it stops at the next boundary. False if it is unknown or finished."""
-        with self._lock:
-            request = self._live.get(request_id)
-            if request is None:
-                return False
-            request.cancelled = True
-            self._cancel_epoch += 1
-            return True
+        return self.intake.cancel(request_id)
 
     @property
     def has_work(self) -> bool:
-        with self._lock:
-            return bool(self._live)
+        return self.intake.has_live
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
-            waiting = len(self._waiting)
         occupied = self.slots.occupied()
         return {
-            "waiting": waiting,
+            "waiting": self.intake.waiting_count(),
             "reading": int(self._reading is not None),
             "parked": len(self._parked),
             "decoding": sum(1 for r in occupied if r.phase is Phase.DECODING),
@@ -111,62 +74,62 @@ class Scheduler:
 
     # -- the step thread ----------------------------------------------------------------------------
     def plan(self) -> Plan:
-        with self._lock:
-            waiting = list(self._waiting)
         return plan_step(
-            config=self.config, slots=self.slots, waiting=waiting, reading=self._reading, parked=self._parked,
+            config=self.config, slots=self.slots, waiting=self.intake.waiting(), reading=self._reading, parked=self._parked,
             previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms,
         )
 
     def step(self) -> bool:
-        """Plan and run one action. False when there was nothing to do."""
-        self._release_finished()
+        """Plan and run one step (at most one executor call). False when there was nothing to do."""
+        self.endings.release(self.slots, self.executor)
         plan = self.plan()
-        if isinstance(plan, IdlePlan):
-            return False
         if isinstance(plan, StopPlan):
             self._stop(plan.requests)
+        elif isinstance(plan, LeadInPlan):
+            self._lead_in(plan)
         elif isinstance(plan, ReadPlan):
             self._read(plan)
+        elif isinstance(plan, BoundaryPlan):
+            self._boundary(plan)
         elif isinstance(plan, DecodePlan):
-            epoch = self._epoch()
+            epoch = self.intake.epoch()
             self._decode(plan.groups, max_rounds=plan.max_rounds, should_stop=lambda: self._interrupt(epoch))
-        self._release_finished()
+        else:
+            return False
+        self.endings.release(self.slots, self.executor)
         return True
 
-    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
-        """Step until there is nothing to do; returns the steps taken (tests and batch use)."""
-        for steps in range(max_steps):
-            if not self.step():
-                return steps
-        raise RuntimeError(f"scheduler still busy after {max_steps} steps")
-
     # -- plan execution -----------------------------------------------------------------------------
-    def _read(self, plan: ReadPlan) -> None:
-        request = plan.request
-        if plan.start == "admit":
-            self._admit(request, plan.slot)
-        elif plan.start == "resume":
+    def _start(self, start: Start, request: Request, slot: int | None) -> None:
+        if start is Start.ADMIT:
+            self._admit(request, slot)
+        elif start is Start.RESUME:
             active = self._parked.pop()
-            active.units = 0
+            active.units, active.led_in = 0, False
             request.phase = Phase.READING
             self._reading = active
             self._emit("RESUME", request, tokens_read=request.tokens_read, prompt_tokens=request.prompt_tokens)
+
+    def _lead_in(self, plan: LeadInPlan) -> None:
+        self._start(plan.start, plan.request, plan.slot)
+        result = self._decode(plan.groups, budget_ms=plan.budget_ms)
+        self._reading.led_in = True
+        self.counts["lead_ins"] += 1
+        self._emit("LEADIN", plan.request, decode_ms=result.ms, decode_steps=result.rounds, decode_tokens=result.tokens,
+                   budget_ms=plan.budget_ms)
+
+    def _read(self, plan: ReadPlan) -> None:
+        request = plan.request
+        self._start(plan.start, request, plan.slot)
         active = self._reading
-        if plan.lead_in_ms > 0:
-            result = self._decode(self.slots.decoding_groups(), budget_ms=plan.lead_in_ms)
-            self.counts["lead_ins"] += 1
-            self._emit("LEADIN", request, decode_ms=result.ms, decode_steps=result.rounds, decode_tokens=result.tokens,
-                       budget_ms=plan.lead_in_ms)
-        groups = self.slots.decoding_groups() if plan.kind == "mix" else ()
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
         if plan.budget_ms is not None:
             stop["budget_ms"] = plan.budget_ms
         if plan.max_gap_ms is not None:
             stop["max_gap_ms"] = plan.max_gap_ms
         try:
-            if plan.kind == "mix":
-                result = self.executor.mixed(request, plan.chunks, groups, self._on_token, **stop)
+            if plan.kind is ReadKind.MIX:
+                result = self.executor.mixed(request, plan.chunks, plan.groups, self._on_token, **stop)
             else:
                 result = self.executor.read(request, plan.chunks, self._on_token, **stop)
         except Exception as exc:  # this request's read failed: fail it alone
@@ -184,17 +147,16 @@ class Scheduler:
         self.counts["read_runs"] += 1
         self._last_unit_ms = result.ms
         self._previous_was_read = True
-        piece = {"tokens": tokens, "tokens_read": request.tokens_read, "read_ms": result.ms}
-        if plan.kind == "mix":
-            self._emit("MIX", request, **piece, decode_tokens=result.decode_tokens, chunks=len(plan.chunks))
+        unit = UnitDone(tokens, request.tokens_read, result.ms)
+        if plan.kind is ReadKind.MIX:
+            self._emit("MIX", request, **vars(unit), decode_tokens=result.decode_tokens, chunks=len(plan.chunks))
         if request.tokens_read >= request.prompt_tokens:
-            self._read_done(active, result.first_token, plan.kind == "piece", piece)
-            return
-        self._boundary(active, plan.kind, result.ms, piece)
+            self._read_done(active, result.first_token, unit)
+        else:
+            active.unit_done = unit  # its boundary is the next plan
 
     def _admit(self, request: Request, slot: int) -> None:
-        with self._lock:
-            self._waiting.remove(request)
+        self.intake.remove(request)
         self.slots.assign(slot, request)
         self.executor.prepare_slot(slot)
         request.phase = Phase.READING
@@ -203,33 +165,34 @@ class Scheduler:
         self._emit("ADMIT", request, group=self.slots.group_of(slot), prompt_tokens=request.prompt_tokens,
                    waited_ms=(now - request.arrival) * 1000.0)
         self._reading = ActiveRead(request, started=now)
-        self._emit("READ_START", request, prompt_tokens=request.prompt_tokens, mode=self.kind)
+        self._emit("READ_START", request, prompt_tokens=request.prompt_tokens, mode=self.kind.value)
 
-    def _boundary(self, active: ActiveRead, kind: str, unit_ms: float, piece: dict[str, Any]) -> None:
-        request = active.request
-        with self._lock:
-            waiting = list(self._waiting)
-        boundary = plan_boundary(config=self.config, read=active, unit_ms=unit_ms, kind=kind, slots=self.slots, waiting=waiting)
+    def _boundary(self, plan: BoundaryPlan) -> None:
+        active, request = plan.read, plan.read.request
+        unit, active.unit_done = active.unit_done, None
         decode = DecodeResult(0.0, 0, 0)
-        if boundary.action == "budget" and boundary.budget_ms > 0:
-            decode = self._decode(self.slots.decoding_groups(), budget_ms=boundary.budget_ms)
-        if kind == "piece":
-            self.counts["pieces"] += 1
-            self._emit("PIECE", request, **piece, decode_ms=decode.ms, decode_steps=decode.rounds, decode_tokens=decode.tokens)
-        if boundary.action == "yield":
+        if plan.action is BoundaryAction.BUDGET and plan.budget_ms > 0:
+            decode = self._decode(plan.groups, budget_ms=plan.budget_ms)
+        self._unit_event(request, unit, decode)
+        if plan.action is BoundaryAction.YIELD:
             request.phase = Phase.PARKED
             self._parked.append(active)
             self._reading = None
             self.counts["yields"] += 1
-            self._emit("YIELDED", request, tokens_read=request.tokens_read, to=boundary.to.request_id)
-        # "stop": the next plan is a StopPlan for it (BSTOP), before anything else runs.
+            self._emit("YIELDED", request, tokens_read=request.tokens_read, to=plan.to.request_id)
+        # STOP: the next plan is a StopPlan for it (BSTOP), before anything else runs.
 
-    def _read_done(self, active: ActiveRead, first_token: SampledToken | None, piece: bool, fields: dict[str, Any]) -> None:
+    def _unit_event(self, request: Request, unit: UnitDone, decode: DecodeResult) -> None:
+        """One line per piece (PIECE) or pause-target run (TARGET), with the decode budget that followed it."""
+        kind = UNIT_EVENTS.get(self.kind)
+        if kind is not None:
+            self.counts[UNIT_COUNTS[self.kind]] += 1
+            self._emit(kind, request, **vars(unit), decode_ms=decode.ms, decode_steps=decode.rounds, decode_tokens=decode.tokens)
+
+    def _read_done(self, active: ActiveRead, first_token: SampledToken | None, unit: UnitDone) -> None:
         request = active.request
         self._reading = None
-        if piece:
-            self.counts["pieces"] += 1
-            self._emit("PIECE", request, **fields, decode_ms=0.0, decode_steps=0, decode_tokens=0)
+        self._unit_event(request, unit, DecodeResult(0.0, 0, 0))
         self._emit("READ_DONE", request, tokens=request.prompt_tokens, read_ms=active.read_ms,
                    elapsed_ms=(self.clock() - active.started) * 1000.0)
         if request.phase is not Phase.READING:  # finished by its first token (or failed) inside the run
@@ -264,8 +227,7 @@ class Scheduler:
     def _stop(self, requests: Sequence[Request]) -> None:
         for request in requests:
             if request.phase is Phase.WAITING:
-                with self._lock:
-                    self._waiting.remove(request)
+                self.intake.remove(request)
             else:
                 self.counts["bstops"] += 1
                 self._emit("BSTOP", request, tokens_read=request.tokens_read, phase=request.phase.value,
@@ -275,76 +237,20 @@ class Scheduler:
                 self._parked = [a for a in self._parked if a.request is not request]
             self._finish(request, "cancelled")
 
-    # -- finishing ----------------------------------------------------------------------------------
-    def _on_token(self, request: Request, token: SampledToken) -> None:
-        """Called by the executor for every sampled token (possibly on its own thread)."""
-        if request.phase is Phase.FINISHED:
-            return
-        request.output_ids.append(token.token_id)
-        try:
-            reason = self.sink.on_token(request, token)
-        except Exception as exc:
-            self._finish(request, "error", exc)
-            return
-        # Backstops: the sink normally ends a request at max_tokens; the context must never overflow.
-        if reason is None and (request.tokens_generated >= request.max_tokens
-                               or request.prompt_tokens + request.tokens_generated >= self.config.ctx):
-            reason = "length"
-        if reason is not None:
-            self._finish(request, reason)
-
-    def _finish(self, request: Request, reason: str, exc: BaseException | None = None) -> None:
-        request.phase = Phase.FINISHED
-        request.finish_reason = reason
-        if exc is not None:
-            request.error = f"{type(exc).__name__}: {exc}"
-        with self._lock:
-            self._live.pop(request.request_id, None)
-        self.counts["finished"] += 1
-        fields = {"reason": reason, "tokens_generated": request.tokens_generated}
-        if request.error:
-            fields["error"] = request.error.replace(" ", "_")[:200]  # one token on the log line
-        self._emit("FINISH", request, **fields)
-        try:
-            self.sink.on_finish(request)
-        except Exception as sink_exc:  # the sink's failure must not take the scheduler down
-            warnings.warn(f"sink.on_finish failed for {request.request_id}: {sink_exc!r}", RuntimeWarning, stacklevel=2)
-        if request.slot is not None:
-            self._to_release.append(request)
-
-    def _release_finished(self) -> None:
-        while self._to_release:
-            request = self._to_release.pop()
-            slot = request.slot
-            if slot is None or self.slots.owner(slot) is not request:
-                continue
-            self.slots.release(slot)
-            try:
-                self.executor.free_slot(slot)
-            except Exception as exc:
-                warnings.warn(f"executor.free_slot({slot}) failed: {exc!r}", RuntimeWarning, stacklevel=2)
-
     # -- helpers ------------------------------------------------------------------------------------
-    def _epoch(self) -> int:
-        with self._lock:
-            return self._cancel_epoch
-
     def _read_interrupt(self, request: Request) -> bool:
-        """End a read run early (issue 7's modes): it was cancelled, or a short request could take over."""
+        """End an interruptible run early (mixed read, pause target): it was cancelled, or a short request could take over."""
         if request.cancelled:
             return True
-        with self._lock:
-            waiting = list(self._waiting)
-        return give_way_candidate(request, waiting, self.slots.choose() is not None) is not None
+        return give_way_candidate(request, self.intake.waiting(), self.slots.choose() is not None) is not None
 
     def _interrupt(self, epoch: int) -> bool:
         """Stop an idle decode call: a cancel arrived, or a waiting request could start its read."""
-        with self._lock:
-            if self._cancel_epoch != epoch:
-                return True
-            if not self._waiting:
-                return False
-        return self.slots.free_count() > 0 or bool(self._to_release)
+        if self.intake.epoch() != epoch:
+            return True
+        if not self.intake.waiting_count():
+            return False
+        return self.slots.free_count() > 0 or bool(self.endings.to_release)
 
     def _emit(self, kind: str, request: Request | None = None, **fields: Any) -> None:
         slot = request.slot if request is not None else None

@@ -1,8 +1,8 @@
 """POST /v1/completions and /v1/chat/completions: parse, submit, answer (whole or one SSE event per token).
 
-A streamed token's event is sent as soon as the next item shows it is not the last one; when the
-token must be the last (max_tokens, EOS, context full) the event waits for the engine's Finished,
-which follows at once, so the last token's event carries `finish_reason` as docs/API.md requires.
+A streamed token's event is sent at once unless the engine marked the token as the request's last
+(`TokenOutput.finish_reason`); then it waits for the engine's Finished, which follows at once, so the
+last token's event carries `finish_reason` as docs/API.md requires. The engine decides; this renders.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ async def completions(request: Request) -> Response:
     max_tokens = req.max_tokens
     if "max_tokens" not in req.model_fields_set:  # OpenAI's default of 16, within a tiny context too
         max_tokens = min(16, engine.ctx)
-    elif max_tokens is None:  # explicit null: until the context is full
-        max_tokens = max(1, engine.ctx - _prompt_len(engine, req.prompt))
+    elif max_tokens is None:  # explicit null: until the context is full (the engine ends it there)
+        max_tokens = engine.ctx
     check_max_tokens(max_tokens, engine.ctx)
     params = _params(req, max_tokens, req.logprobs)
     return await _answer(request, state, "completion", req, req.prompt, params, logprobs=req.logprobs is not None)
@@ -71,16 +71,12 @@ async def chat_completions(request: Request) -> Response:
     prompt = req.prompt_text()
     field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    if max_tokens is None:
-        max_tokens = max(1, engine.ctx - _prompt_len(engine, prompt))
+    if max_tokens is None:  # until the context is full (the engine ends it there)
+        max_tokens = engine.ctx
     check_max_tokens(max_tokens, engine.ctx, field)
     k = _guard(req.logprobs_k)
     params = _params(req, max_tokens, k)
     return await _answer(request, state, "chat", req, prompt, params, logprobs=k is not None)
-
-
-def _prompt_len(engine: Any, prompt: str | list[int]) -> int:
-    return len(prompt) if isinstance(prompt, list) else len(engine.tokenizer.encode(prompt))
 
 
 def _guard(fn: Any, *args: Any) -> Any:
@@ -110,8 +106,8 @@ async def _answer(request: Request, state: ServerState, kind: str, req: Any, pro
                     return_token_ids=req.return_token_ids, logprobs=logprobs)
     headers = {"X-Request-Id": relay.request_id}
     if req.stream:
-        prompt_tokens = _prompt_len(engine, prompt) if req.continuous_usage else None
-        events = _stream(relay, render, params, engine, req.include_usage, prompt_tokens)
+        prompt_tokens = relay.handle.prompt_tokens if req.continuous_usage else None
+        events = _stream(relay, render, req.include_usage, prompt_tokens)
         return EventStream(events, relay, headers=headers)
     completion = await relay.completion(request.receive)
     if completion is None:  # the client left; nobody reads this
@@ -122,16 +118,10 @@ async def _answer(request: Request, state: ServerState, kind: str, req: Any, pro
     return JSONResponse(render.response(completion), headers=headers)
 
 
-async def _stream(relay: Relay, render: Render, params: Any, engine: Any, include_usage: bool,
-                  prompt_tokens: int | None) -> AsyncIterator[bytes]:
+async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_tokens: int | None) -> AsyncIterator[bytes]:
     """SSE bytes: one event per token, the finish reason on the last, the usage event, then [DONE].
     Raises APIError before the first event if the request fails at once (EventStream sends a 500)."""
-    eos = getattr(engine.tokenizer, "eos_token_id", None)
     generated = 0
-
-    def must_be_last(tok: Any) -> bool:
-        return (tok.index + 1 >= params.max_tokens or (tok.token_id == eos and not params.ignore_eos)
-                or (prompt_tokens is not None and prompt_tokens + tok.index + 1 >= engine.ctx))
 
     def event(tokens: list[Any], finish: str | None, tail: str = "", prompt_ids: Any = None) -> bytes:
         if finish is None and prompt_tokens is None and len(tokens) == 1:
@@ -144,7 +134,7 @@ async def _stream(relay: Relay, render: Render, params: Any, engine: Any, includ
     while True:
         item = relay.next_nowait()
         if item is None:
-            if pending is not None and not must_be_last(pending):
+            if pending is not None and pending.finish_reason is None:  # not the last token: send it now
                 out.append(event([pending], None))
                 pending = None
             if out:

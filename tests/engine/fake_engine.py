@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from strata_engine.events import EngineEvent, EventLog
+from strata_engine.finish import finish_reason
 from strata_engine.outputs import Completion, Finished, TokenOutput
 from strata_engine import RequestError, SamplingParams
 
@@ -67,6 +68,7 @@ class FakeHandle:
     def __init__(self, engine: "FakeEngine", job: _Job):
         self._engine, self._job = engine, job
         self.request_id = job.request_id
+        self.prompt_tokens = len(job.prompt_ids)
 
     def cancel(self) -> None:
         self._engine._cancel(self._job)
@@ -214,16 +216,14 @@ class FakeEngine:
         stop_at = min((i for s in p.stop if (i := text.find(s)) >= 0), default=None)
         if stop_at is not None:
             text = text[:stop_at]
-        reason = None
-        if stop_at is not None:
-            reason = "stop"
-        elif len(job.out) + 1 >= p.max_tokens or len(context) + 1 >= self.ctx:
-            reason = "length"
+        reason = "stop" if stop_at is not None else finish_reason(
+            token, tokens_generated=len(job.out) + 1, prompt_tokens=len(job.prompt_ids), max_tokens=p.max_tokens, ctx=self.ctx,
+            eos_token_id=None)
         hold = 0 if reason else max((len(s) - 1 for s in p.stop), default=0)  # a stop string may be starting
         upto = max(job.emitted, len(text) - hold)
         delta = text[job.emitted:upto]
         job.emitted = upto
-        out = TokenOutput(len(job.out), token, delta, logprob, top, time.monotonic())
+        out = TokenOutput(len(job.out), token, delta, logprob, top, time.monotonic(), reason)
         job.out.append(out)
         if job.on_output:
             job.on_output(out)
@@ -243,22 +243,3 @@ class FakeEngine:
         job.done.set()
         if job.on_output:
             job.on_output(Finished(job.completion, text[job.emitted:]))
-
-
-def serving(engine, **app_kwargs):
-    """Context manager: the app for `engine` on uvicorn in a background thread; yields (url, app)."""
-    from contextlib import contextmanager
-
-    from strata_engine.server import create_app
-    from strata_engine.server.run import run_in_thread
-
-    @contextmanager
-    def _serving():
-        app = create_app(engine, **app_kwargs)
-        url, stop = run_in_thread(app)
-        try:
-            yield url, app
-        finally:
-            stop()
-
-    return _serving()

@@ -1,4 +1,5 @@
-"""Test doubles for the scheduler: a fake clock with timers, a recording sink and executor, a harness.
+"""Test doubles for the scheduler: a fake clock with timers, a recording sink and executor, a harness,
+and the scenario helpers its tests share (streams that decode, cancelling them after a joiner).
 
 The fake clock only moves when the simulated executor sleeps (or a test advances it), and fires
 timers (`at(t, fn)`) at their exact time inside a sleep, so a request can arrive mid-piece. A whole
@@ -40,8 +41,8 @@ class RecordingSink(TimelineSink):
     def on_token(self, request: Request, token) -> str | None:
         if request.request_id in self.fail_on:
             raise RuntimeError(f"sink failure for {request.request_id}")
-        super().on_token(request, token)
-        return "stop" if token.token_id in self.stop_ids else None
+        reason = super().on_token(request, token)
+        return "stop" if token.token_id in self.stop_ids else reason
 
     def on_finish(self, request: Request) -> None:
         assert request not in self.finished, f"on_finish called twice for {request.request_id}"
@@ -61,7 +62,7 @@ class RecordingExecutor:
         self.calls: list[tuple[str, Any, Any]] = []
         self.results: dict[int, Any] = {}  # index into calls -> what that read/decode/mixed returned
         self.fail_read: set[str] = set()
-        self.asked = 0  # how often a run asked should_stop (issue 7's interruptible runs)
+        self.asked = 0  # how often a run asked should_stop (the mixed read's and pause target's interruptible runs)
         self.budgets: list[float | None] = []  # budget_ms of each read
         self.gaps: list[float | None] = []  # max_gap_ms of each mixed run
 
@@ -115,7 +116,7 @@ class Harness:
         self.clock = FakeClock()
         self.sim = SimExecutor(profile, clock=self.clock, sleep=self.clock.sleep, vocab_size=1000, seed=1)
         self.executor = RecordingExecutor(self.sim)
-        self.sink = RecordingSink(self.clock)
+        self.sink = RecordingSink(self.clock, ctx=self.config.ctx)
         self.events = EventLog()
         self.scheduler = Scheduler(self.config, self.executor, clock=self.clock, sink=self.sink, events=self.events)
         self.requests: dict[str, Request] = {}
@@ -157,3 +158,30 @@ class Harness:
     def solo_tokens(self, request_id: str, count: int) -> list[int]:
         request = self.requests[request_id]
         return [self.sim.token_for(request, i).token_id for i in range(count)]
+
+
+# -- scenario helpers shared by the scheduler tests -------------------------------------------------
+K = 1024
+PIPED = dict(batch=6, batch_groups=2, num_stages=2, prefill_chunk=512, ctx=256 * K)
+
+
+def streams(h: Harness, count: int = 4, max_tokens: int = 1_000_000) -> list[str]:
+    names = [f"stream{i}" for i in range(count)]
+    for name in names:
+        h.add(name, 64, max_tokens=max_tokens)
+    return names
+
+
+def stop_streams_after(h: Harness, names: list[str], joiner: str, tail_s: float = 1.0) -> None:
+    """Cancel the streams once `joiner` has its first token (checked between steps)."""
+    def check() -> None:
+        if h.sink.tokens.get(joiner):
+            for name in names:
+                h.scheduler.cancel(name)
+        else:
+            h.clock.at(h.clock.now + tail_s, check)
+    h.clock.at(tail_s, check)
+
+
+def longest_stream_gap(h: Harness, names: list[str], since: float) -> float:
+    return max(h.sink.longest_gap(n, since=since) for n in names)

@@ -1,5 +1,4 @@
-"""Shared test helpers for the model tests: tiny HF checkpoints, a greedy loop over our forward, and
-an equality check that names the first differing index and both sides."""
+"""Shared test helpers for the model tests: tiny HF checkpoints and a greedy loop over our forward."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,19 +61,3 @@ def greedy(model: Transformer, prompt: Sequence[int], new_tokens: int, chunk: in
             logits = model(torch.tensor([[out[-1]]]), torch.tensor([[pos]]), kv, slots)
             out.append(int(logits[0, -1].argmax()))
     return out
-
-
-def assert_tokens_equal(*, expected: Sequence[int], actual: Sequence[int], label: str, expected_name: str = "expected",
-                        actual_name: str = "actual") -> None:
-    """Fail with the first differing index and a window of both sides (or the length difference)."""
-    expected, actual = list(expected), list(actual)
-    for i, (a, b) in enumerate(zip(expected, actual)):
-        if a != b:
-            lo = max(0, i - 3)
-            raise AssertionError(
-                f"{label}: first difference at token {i}: {expected_name}={a} {actual_name}={b}\n"
-                f"  {expected_name}[{lo}:{i + 4}] = {expected[lo : i + 4]}\n  {actual_name}[{lo}:{i + 4}] = {actual[lo : i + 4]}"
-            )
-    if len(expected) != len(actual):
-        raise AssertionError(f"{label}: equal for {min(len(expected), len(actual))} tokens, then lengths differ: "
-                             f"{expected_name} has {len(expected)}, {actual_name} has {len(actual)}")

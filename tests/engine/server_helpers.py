@@ -1,4 +1,4 @@
-"""Helpers shared by the server tests: wait for a condition, read one metric from /metrics."""
+"""Helpers shared by the server tests: serve an engine on uvicorn, wait for a condition, read one metric."""
 from __future__ import annotations
 
 import time
@@ -24,3 +24,22 @@ def metric(url: str, name: str) -> float:
             seen = True
     assert seen, f"{name} missing from /metrics"
     return total
+
+
+def serving(engine, **app_kwargs):
+    """Context manager: the app for `engine` on uvicorn in a background thread; yields (url, app)."""
+    from contextlib import contextmanager
+
+    from strata_engine.server import create_app
+    from strata_engine.server.run import run_in_thread
+
+    @contextmanager
+    def _serving():
+        app = create_app(engine, **app_kwargs)
+        url, stop = run_in_thread(app)
+        try:
+            yield url, app
+        finally:
+            stop()
+
+    return _serving()

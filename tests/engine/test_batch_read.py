@@ -97,7 +97,7 @@ def test_single_group_reads_one_chunk_whatever_the_piece():
 
 
 def test_pipelined_groups_read_one_run_unless_pieces_are_set():
-    assert batch_read_piece(512, 2) == 0  # issue #1906's question 3
+    assert batch_read_piece(512, 2) == 0  # pipelined, no pieces: the whole prompt in one run
     assert batch_read_piece(512, 2, 16384) == 16384
     assert batch_read_piece(512, 3, 100000) == 32 * 512
 

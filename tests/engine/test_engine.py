@@ -7,6 +7,7 @@ import pytest
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 from strata_engine.errors import RequestError
+from tokens_equal import assert_tokens_equal
 
 PROMPTS = [
     "def fibonacci(n):\n    ",
@@ -19,18 +20,8 @@ PROMPTS = [
 GREEDY = SamplingParams(max_tokens=24, ignore_eos=True)
 
 
-def first_difference(expected, actual):
-    for i, (a, b) in enumerate(zip(expected, actual)):
-        if a != b:
-            return i
-    return None if len(expected) == len(actual) else min(len(expected), len(actual))
-
-
 def assert_same_tokens(*, solo, batched, label):
-    index = first_difference(solo, batched)
-    assert index is None, (
-        f"{label}: first difference at token {index}: solo={solo[index:index + 4]} batched={batched[index:index + 4]}"
-    )
+    assert_tokens_equal(expected=solo, actual=batched, label=label, expected_name="solo", actual_name="batched")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import ARCHITECTURES, assert_tokens_equal, greedy
+from helpers import ARCHITECTURES, greedy
+from tokens_equal import assert_tokens_equal
 from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model
 

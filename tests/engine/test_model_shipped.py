@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import assert_tokens_equal, greedy
+from helpers import greedy
+from tokens_equal import assert_tokens_equal
 from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model, load_tokenizer, resolve_model_path
 from strata_engine.model.tokenizer import ByteTokenizer

@@ -2,7 +2,8 @@
 
 Streams A and B decode while C's long prompt is read; D's long read gives way to the short E.
 The events must show the pieces and the give-way, and every request's greedy tokens must equal its
-solo tokens, with pieces of 1 chunk, of 3 chunks, and unset (the release).
+solo tokens, with pieces of 1 chunk, of 3 chunks, and unset (the release); and with the mixed read and the
+pause target, whose runs end early at a chunk when the short E arrives.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
+from tokens_equal import assert_tokens_equal
 
 CHUNK = 32
 LONG = 12 * CHUNK + 5  # not a whole number of chunks on purpose
@@ -89,6 +91,27 @@ def test_interleaved_equals_solo(solo, piece_chunks):
         during = [t for name in "AB" for t in times[name] if c_start < t < c_done]
         assert len(during) >= 2, "A and B got no tokens while C's prompt was read in pieces"
     for name, expected in solo.items():
-        got = outs[name].token_ids[: len(expected)]
-        index = next((i for i, (x, y) in enumerate(zip(expected, got)) if x != y), None)
-        assert index is None, f"{name}: first difference at {index}: solo={expected[index]} interleaved={got[index]}"
+        assert_tokens_equal(expected=expected, actual=outs[name].token_ids[: len(expected)], label=f"piece {piece_chunks} {name}",
+                            expected_name="solo", actual_name="interleaved")
+
+
+# -- the mixed read and the pause target on the real torch pipeline ---------------------------------
+@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
+                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"}],
+                         ids=["mixed", "target", "mixed-target"])
+def test_modes_interleaved_equal_solo(solo, env):
+    """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
+    long_params = SamplingParams(max_tokens=200, ignore_eos=True)
+    with Engine.from_pretrained(batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env) as engine:
+        a = engine.submit(PROMPTS["A"], long_params, request_id="A")
+        b = engine.submit(PROMPTS["B"], long_params, request_id="B")
+        next(iter(a)), next(iter(b))
+        handles = {name: engine.submit(PROMPTS[name], GREEDY, request_id=name) for name in "CDE"}
+        outs = {name: h.result(timeout=120) for name, h in handles.items()}
+        outs["A"], outs["B"] = a.result(timeout=120), b.result(timeout=120)
+        events = list(engine.events.since(0)[0])
+    yielded = [e for e in events if e.kind == "YIELDED"]
+    assert yielded and yielded[0].fields["to"] == "E" and yielded[0].fields["tokens_read"] < LONG
+    for name, expected in solo.items():
+        assert_tokens_equal(expected=expected, actual=outs[name].token_ids[: len(expected)], label=f"{env} {name}",
+                            expected_name="solo", actual_name="interleaved")

@@ -8,34 +8,8 @@ import sys
 
 import pytest
 
-from fakes import Harness
+from fakes import PIPED, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.scheduler.request import Phase
-
-K = 1024
-PIPED = dict(batch=6, batch_groups=2, num_stages=2, prefill_chunk=512, ctx=256 * K)
-
-
-def streams(h: Harness, count: int = 4, max_tokens: int = 1_000_000) -> list[str]:
-    names = [f"stream{i}" for i in range(count)]
-    for name in names:
-        h.add(name, 64, max_tokens=max_tokens)
-    return names
-
-
-def stop_streams_after(h: Harness, names: list[str], joiner: str, tail_s: float = 1.0) -> None:
-    """Cancel the streams once `joiner` has its first token (checked between steps)."""
-    def check() -> None:
-        if h.sink.tokens.get(joiner):
-            for name in names:
-                h.scheduler.cancel(name)
-        else:
-            h.clock.at(h.clock.now + tail_s, check)
-    h.clock.at(tail_s, check)
-
-
-def longest_stream_gap(h: Harness, names: list[str], since: float) -> float:
-    return max(h.sink.longest_gap(n, since=since) for n in names)
-
 
 def test_pieces_bound_every_pause_by_one_piece_plus_one_budget():
     h = Harness(**PIPED, piped_read_piece=16 * K)
@@ -270,12 +244,18 @@ def test_a_failing_read_or_sink_fails_only_that_request():
     assert h.scheduler.slots.free_count() == 4
 
 
-def test_sink_finish_reason_and_context_backstop():
+def test_the_sink_decides_the_finish_and_the_context_never_overflows():
     h = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=120)
     h.add("ctx", 100, max_tokens=1000)
     h.run()
     r = h.requests["ctx"]
-    assert r.finish_reason == "length" and r.prompt_tokens + r.tokens_generated == 120
+    assert r.finish_reason == "length" and r.prompt_tokens + r.tokens_generated == 120  # the sink's finish_reason
+    h1 = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=120)
+    h1.sink.ctx = 1 << 40  # a sink that never ends a request: the scheduler fails it at the context's end
+    h1.add("ctx", 100, max_tokens=1000)
+    h1.run()
+    r = h1.requests["ctx"]
+    assert r.finish_reason == "error" and "context (120 tokens) is full" in r.error and r.tokens_generated == 20
     h2 = Harness(batch=2, batch_groups=1, num_stages=1, prefill_chunk=64, ctx=4096)
     req = h2.request("stop", 50)
     h2.sink.stop_ids = frozenset({h2.sim.token_for(req, 3).token_id})
@@ -301,3 +281,60 @@ def test_scheduler_package_imports_no_torch():
     code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.executors.sim, strata_engine.executors.sim_calibrate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("config", [dict(piped_read_piece=8 * K), dict(pause_target_ms=500.0), dict(read_mix=1), dict()],
+                         ids=["pieces", "target", "mixed", "release"])
+def test_every_step_is_one_plan_and_at_most_one_executor_call(config):
+    from strata_engine.scheduler.plans import BoundaryPlan, LeadInPlan, ReadPlan, Start
+
+    h = Harness(**PIPED, **config)
+    names = streams(h, 2)
+    h.add("first", 20 * K, max_tokens=2, at=0.5)
+    h.add("second", 20 * K, max_tokens=2, at=0.6)  # follows a read: a lead-in where the mode has boundaries
+    h.add("short", 100, max_tokens=2, at=1.5)  # a give-way
+    stop_streams_after(h, names, "second")
+    seen = set()
+    for _ in range(100_000):
+        plan = h.scheduler.plan()
+        calls = len([c for c in h.executor.calls if c[0] in ("read", "decode", "mixed")])
+        if not h.scheduler.step():
+            if h.clock.next_timer() is None:
+                break
+            h.clock.advance_to(h.clock.next_timer())
+            continue
+        made = [c[0] for c in h.executor.calls if c[0] in ("read", "decode", "mixed")][calls:]
+        assert len(made) <= 1, f"{type(plan).__name__} made {made}"
+        seen.add(type(plan))
+        if isinstance(plan, ReadPlan):
+            assert isinstance(plan.start, Start) and made in (["read"], ["mixed"])
+        if isinstance(plan, LeadInPlan):
+            assert made == ["decode"] and h.events_of("LEADIN")
+    assert ReadPlan in seen and (BoundaryPlan in seen) == bool(config)  # the release reads in one run: no boundary
+    assert (LeadInPlan in seen) == ("read_mix" not in config and bool(config))
+    assert h.requests["short"].finish_reason == "length" and bool(h.events_of("YIELDED")) == bool(config)
+
+
+def test_a_cancel_during_the_lead_in_stops_the_read_before_it_starts():
+    from strata_engine.scheduler.plans import LeadInPlan, StopPlan
+
+    h = Harness(**PIPED, piped_read_piece=8 * K)
+    names = streams(h, 2)
+    h.add("first", 16 * K, max_tokens=2, at=0.5)
+    h.add("second", 16 * K, max_tokens=2, at=0.6)
+    for _ in range(10_000):
+        plan = h.scheduler.plan()
+        if isinstance(plan, LeadInPlan) and plan.request.request_id == "second":
+            break
+        if not h.scheduler.step():
+            h.clock.advance_to(h.clock.next_timer())
+    else:
+        raise AssertionError("no lead-in before the second read")
+    h.clock.at(h.clock.now + 0.001, lambda: h.scheduler.cancel("second"))  # while the lead-in's budget runs
+    h.scheduler.step()
+    assert h.events_of("LEADIN", "second") and isinstance(h.scheduler.plan(), StopPlan)
+    for name in names:
+        h.scheduler.cancel(name)
+    h.run()
+    assert h.events_of("BSTOP", "second")[0].fields["tokens_read"] == 0
+    assert not [c for c in h.executor.calls if c[0] == "read" and c[1] == "second"]

@@ -1,25 +1,25 @@
-"""Issue 7's modes: the mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
+"""The mixed read (each micro-batch carries a read chunk plus a group's decode tokens)
 and the pause target (a read run that ends itself at the target, by its own measured chunk completions), both ending a run early at a
-chunk boundary when a short request could take over; over the simulated executor on a fake clock,
-and once on the real torch pipeline."""
+chunk boundary when a short request could take over; over the simulated executor on a fake clock
+(the real torch pipeline's run of these modes is in test_pieces_e2e.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from fakes import TEST_PROFILE, Harness
+from fakes import PIPED, TEST_PROFILE, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
-from strata_engine.scheduler.batch_read import run_end_estimate_ms
 from strata_engine.scheduler.scheduler import Scheduler
-from test_scheduler import PIPED, K, longest_stream_gap, stop_streams_after, streams
+from tokens_equal import assert_tokens_equal
 
 
 def assert_solo(h: Harness, names: list[str]) -> None:
     for name in names:
         got = [t for _, t in h.sink.tokens[name]]
-        assert got == h.solo_tokens(name, len(got)), f"{name}: interleaved tokens differ from solo"
+        assert_tokens_equal(expected=h.solo_tokens(name, len(got)), actual=got, label=name, expected_name="solo",
+                            actual_name="interleaved")
 
 
 # -- the mixed read ---------------------------------------------------------------------------------
@@ -137,10 +137,10 @@ def test_pause_target_pieces_are_the_largest_runs_within_the_target():
     stop_streams_after(h, names, "join32k")
     h.run()
     for joiner in ("join64k", "join32k"):
-        sizes = [p.fields["tokens"] // 512 for p in h.events_of("PIECE", joiner)]
+        sizes = [p.fields["tokens"] // 512 for p in h.events_of("TARGET", joiner)]
         # TEST_PROFILE: 100 ms a run, 51.2 ms a chunk per stage: 100 + (k + 1) x 51.2 <= 1000 -> k = 16, from the first piece on
         assert sizes[:-1] == [16] * (len(sizes) - 1) and 1 <= sizes[-1] <= 16
-    pieces = [p for p in h.events_of("PIECE") if p.request_id.startswith("join")]
+    pieces = [p for p in h.events_of("TARGET") if p.request_id.startswith("join")]
     assert all(p.fields["read_ms"] <= target_ms for p in pieces)
     assert target_ms in h.executor.budgets
     budget = h.config.decode_max_ms + 50  # one budget and its drain
@@ -155,7 +155,7 @@ def test_pause_target_follows_the_cost_of_attention_as_the_context_grows():
     h.add("long", 48 * K, max_tokens=2, at=1.0)
     stop_streams_after(h, names, "long")
     h.run()
-    pieces = h.events_of("PIECE", "long")
+    pieces = h.events_of("TARGET", "long")
     sizes = [p.fields["tokens"] for p in pieces[:-1]]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > 2 * sizes[-1]  # later chunks cost more: fewer fit
     # The estimate averages the last intervals, so it lags attention's growth by a little: 2% here.
@@ -182,54 +182,3 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
     reads = [c[2] for c in h.executor.calls if c[0] == "read" and c[1] == "read45k"]
     assert len(reads) == 2 and reads[1][0][0] == y.fields["tokens_read"]  # resumed where it stopped
     assert_solo(h, ["read45k", "question"])
-
-
-# -- the pure functions -----------------------------------------------------------------------------
-def test_run_end_estimate():
-    assert run_end_estimate_ms([], 1, 0.0) is None  # nothing known yet
-    assert run_end_estimate_ms([750.0], 1, 750.0, num_stages=2) == 750.0 + 2 * 375.0  # one out: at most 750 / 2 a chunk
-    assert run_end_estimate_ms([750.0, 850.0], 1, 850.0) == 1050.0  # the chunk in flight, then the new one
-    assert run_end_estimate_ms([0.0, 10.0, 20.0, 30.0, 40.0, 100.0], 0, 100.0) == 100.0 + (100.0 - 10.0) / 4  # the last 4
-    assert run_end_estimate_ms([], 1, 700.0, prior_interval_ms=100.0) == 900.0  # before two are out: the last run's interval
-    assert run_end_estimate_ms([750.0, 850.0], 1, 900.0, prior_interval_ms=5.0) == 1100.0  # this run's, from now
-    with pytest.raises(ValueError, match="in_flight"):
-        run_end_estimate_ms([1.0, 2.0], -1, 0.0)
-
-
-# -- the real torch pipeline ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def torch_solo():
-    from test_pieces_e2e import CHUNK, GREEDY, PROMPTS
-
-    from strata_engine.engine import Engine
-
-    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
-        return {name: engine.generate([p], GREEDY)[0].token_ids for name, p in PROMPTS.items()}
-
-
-@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
-                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"}],
-                         ids=["mixed", "target", "mixed-target"])
-def test_torch_pipeline_interleaved_equals_solo(torch_solo, env):
-    """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
-    from test_pieces_e2e import CHUNK, GREEDY, LONG, PROMPTS
-
-    from strata_engine import SamplingParams
-    from strata_engine.engine import Engine
-
-    solo = torch_solo
-    long_params = SamplingParams(max_tokens=200, ignore_eos=True)
-    with Engine.from_pretrained(batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env) as engine:
-        a = engine.submit(PROMPTS["A"], long_params, request_id="A")
-        b = engine.submit(PROMPTS["B"], long_params, request_id="B")
-        next(iter(a)), next(iter(b))
-        handles = {name: engine.submit(PROMPTS[name], GREEDY, request_id=name) for name in "CDE"}
-        outs = {name: h.result(timeout=120) for name, h in handles.items()}
-        outs["A"], outs["B"] = a.result(timeout=120), b.result(timeout=120)
-        events = list(engine.events.since(0)[0])
-    yielded = [e for e in events if e.kind == "YIELDED"]
-    assert yielded and yielded[0].fields["to"] == "E" and yielded[0].fields["tokens_read"] < LONG
-    for name, expected in solo.items():
-        got = outs[name].token_ids[: len(expected)]
-        index = next((i for i, (x, y) in enumerate(zip(expected, got)) if x != y), None)
-        assert index is None, f"{name}: first difference at {index}: solo={expected[index]} interleaved={got[index]}"

@@ -11,10 +11,10 @@ import httpx
 import openai
 import pytest
 
-from fake_engine import FakeEngine, serving
+from fake_engine import FakeEngine
 
 from strata_engine.params import SamplingParams
-from server_helpers import metric
+from server_helpers import metric, serving
 
 M = "fake-tiny"
 

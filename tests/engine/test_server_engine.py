@@ -10,23 +10,18 @@ import httpx
 import openai
 import pytest
 
-from fake_engine import serving
 
 from strata_engine.params import SamplingParams
 
 import strata_engine.engine as engine_mod
-from server_helpers import wait_for
+from server_helpers import serving, wait_for
+from tokens_equal import assert_tokens_equal
 Engine = engine_mod.Engine
 GREEDY = dict(temperature=0, ignore_eos=True)
 
 
 
 
-def first_difference(got: list, want: list) -> str:
-    for i, (a, b) in enumerate(zip(got, want)):
-        if a != b:
-            return f"token {i}: http {a} vs python {b}"
-    return f"lengths: http {len(got)} vs python {len(want)}"
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +84,7 @@ def test_32_streams_on_4_slots_each_equal_to_its_solo_output(sim, sim_url):
 
     for prompt, (ids, finish, done) in zip(prompts, asyncio.run(run_all())):
         assert done and finish == "length", prompt
-        assert ids == solo[prompt], f"{prompt!r}: {first_difference(ids, solo[prompt])}"
+        assert_tokens_equal(expected=solo[prompt], actual=ids, label=repr(prompt), expected_name="python", actual_name="http")
     assert sim.stats()["free_slots"] == 4 and sim.stats()["waiting"] == 0
 
 
@@ -143,11 +138,12 @@ def test_greedy_over_http_equals_the_python_api_on_the_torch_engine(which, reque
             got = client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12, temperature=0,
                                             extra_body={"ignore_eos": True, "return_token_ids": True})
             ids = got.choices[0].model_extra["token_ids"]
-            assert ids == expect.token_ids, f"{prompt!r}: {first_difference(ids, expect.token_ids)}"
+            assert_tokens_equal(expected=expect.token_ids, actual=ids, label=repr(prompt), expected_name="python", actual_name="http")
             assert got.choices[0].text == expect.text
             chunks = list(client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12,
                                                     temperature=0, stream=True,
                                                     extra_body={"ignore_eos": True, "return_token_ids": True}))
             streamed = [t for c in chunks if c.choices for t in c.choices[0].model_extra["token_ids"]]
-            assert streamed == expect.token_ids, f"{prompt!r} streamed: {first_difference(streamed, expect.token_ids)}"
+            assert_tokens_equal(expected=expect.token_ids, actual=streamed, label=f"{prompt!r} streamed", expected_name="python",
+                                actual_name="http")
             assert "".join(c.choices[0].text for c in chunks if c.choices) == expect.text

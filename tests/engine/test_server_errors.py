@@ -7,7 +7,8 @@ import threading
 import httpx
 import pytest
 
-from fake_engine import FakeEngine, serving
+from fake_engine import FakeEngine
+from server_helpers import serving
 
 LIMIT = 16 * 1024
 

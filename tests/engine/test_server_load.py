@@ -11,10 +11,11 @@ import time
 import httpx
 import pytest
 
-from fake_engine import FakeEngine, serving
+from fake_engine import FakeEngine
 
 from strata_engine.params import SamplingParams
-from server_helpers import metric, wait_for
+from server_helpers import metric, serving, wait_for
+from tokens_equal import assert_tokens_equal
 
 
 
@@ -66,8 +67,8 @@ def test_32_streams_on_4_slots_all_complete_each_equal_to_its_solo_output():
         for prompt, got in zip(prompts, results):
             expect = solo[prompt]
             assert got["done"] and got["finish"] == "length", prompt
-            assert got["ids"] == expect.token_ids, f"{prompt!r}: first difference at token " \
-                f"{next(i for i, (a, b) in enumerate(zip(got['ids'], expect.token_ids)) if a != b)}"
+            assert_tokens_equal(expected=expect.token_ids, actual=got["ids"], label=repr(prompt), expected_name="solo",
+                                actual_name="http")
             assert got["text"] == expect.text
         assert len({next(iter(r["cmpl"])) for r in results}) == 32 and all(len(r["cmpl"]) == 1 for r in results)
         assert peak[0] <= 4
