@@ -21,7 +21,8 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
     "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
 }
 
-STAGE_WORKERS = ("auto", "thread", "process")
+STAGE_WORKERS = ("auto", "thread", "dist")
+STAGE_RANKS = ("launch", "join")
 
 ENV_HELP = {
     "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
@@ -124,7 +125,9 @@ class EngineConfig:
     sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
     time_scale: float = 1.0  # sim: modelled seconds per wall second
     threads: int | None = None  # torch intra-op threads per stage worker
-    stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for)
+    stage_workers: str = "auto"  # "thread", "dist" (one torch.distributed rank per stage) or "auto" (stage_workers_for)
+    stage_ranks: str = "launch"  # dist: "launch" = start the stage ranks here; "join" = they join through env://
+    stage_timeout_s: float = 60.0  # dist: the longest a micro-batch may take before its rank is declared hung
     log_events: bool = True  # echo events to stderr
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
@@ -145,6 +148,12 @@ class EngineConfig:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
         if self.stage_workers not in STAGE_WORKERS:
             raise ValueError(f"stage_workers must be one of {', '.join(STAGE_WORKERS)}, got {self.stage_workers!r}")
+        if self.stage_ranks not in STAGE_RANKS:
+            raise ValueError(f"stage_ranks must be one of {', '.join(STAGE_RANKS)}, got {self.stage_ranks!r}")
+        if self.stage_timeout_s <= 0:
+            raise ValueError(f"stage_timeout_s must be > 0, got {self.stage_timeout_s}")
+        if self.stage_ranks == "join" and self.stage_workers != "dist":
+            raise ValueError("--stage-ranks join needs --stage-workers dist")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
@@ -158,7 +167,7 @@ class EngineConfig:
         return 2 if self.split is not None else 1
 
     def stage_workers_for(self, stage_devices: Sequence[str]) -> str:
-        """What runs each pipeline stage: a thread of this process or a process of its own."""
+        """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own."""
         if self.stage_workers != "auto":
             return self.stage_workers
         # auto stays "thread" even for all-cpu stages: on the shared 2-core machine the process pipeline
