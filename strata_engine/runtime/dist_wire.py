@@ -85,6 +85,8 @@ def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int]
 
 def decode(buffer: torch.Tensor, clone: bool = False) -> Frame:
     """Read a frame from the front of `buffer`. Payloads are views of the buffer unless clone=True."""
+    if buffer.numel() < HEADER * 8:
+        raise ValueError(f"a receive buffer of {buffer.numel()} bytes cannot hold a frame header ({HEADER * 8} bytes)")
     kind, seq, nparts, nbytes, dtype_code, width, ntimes, ndata = buffer[:HEADER * 8].view(torch.int64).tolist()
     if not 0 < nbytes <= buffer.numel():
         raise ValueError(f"a frame of {nbytes} bytes in a receive buffer of {buffer.numel()}: sender and receiver disagree")
