@@ -51,6 +51,7 @@ class DistPipeline:
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
                                 str(dtype).replace("torch.", ""), threads, capacity, timeout_s) for p in self.stages]
         self.capacity = capacity
+        self._hidden_size, self._vocab_size = hidden_size, vocab_size
         self.in_flight = 0
         self.epoch = 0
         self._seq = 0
@@ -212,6 +213,19 @@ class DistPipeline:
                 return
             self.epoch += 1
             self._broken = None
+
+    def link_bytes(self, rows: int) -> list[int]:
+        """Bytes one decode micro-batch of `rows` rows puts on each link: head -> rank 1, rank i -> i+1, last -> head."""
+        spec = self.specs[0]
+        dtype = getattr(torch, spec.dtype)
+        ids = torch.zeros(rows, 1, dtype=torch.long)
+
+        def frame(payload, times):
+            return encode(Kind.WORK, 0, [WirePart(ids, ids, ids[:, 0], True, payload)], [0] * times).numel()
+
+        hidden = torch.zeros(rows, 1, self._hidden_size, dtype=dtype)
+        logits = torch.zeros(rows, self._vocab_size)
+        return [frame(None, 0)] + [frame(hidden, i + 1) for i in range(self.num_stages - 1)] + [frame(logits, self.num_stages)]
 
     def health(self) -> str | None:
         """None while every stage rank serves; else what is wrong, naming the rank."""
