@@ -14,7 +14,9 @@ from __future__ import annotations
 import collections
 import datetime
 import pickle
+import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -169,20 +171,30 @@ class DistPipeline:
             self._receive.wait(datetime.timedelta(seconds=self.timeout_s))
             frame = decode(self._buffers[self._current])
         except RuntimeError as err:
-            rank = self.ranks.failed_rank() or last
-            known = self.ranks.describe(rank)
             timed_out = "Timed out" in str(err)
-            what = known or (f"did not answer within {self.timeout_s:g} s" if timed_out else f"closed its link: {err}")
+            rank = self._failed_rank(wait_s=0.0 if timed_out else 2.0) or last
+            known = self.ranks.describe(rank)
+            what = known or (f"did not answer within {self.timeout_s:g} s" if timed_out else f"closed its link ({_reason(err)})")
             self._fail(self._name(rank, what), rank)
             return None
         if frame.kind == Kind.FAULT:  # a rank lost its neighbour: frame.seq is the lost rank
             rank = frame.seq if 1 <= frame.seq < self.world_size else (self.ranks.failed_rank() or last)
+            self._failed_rank(wait_s=2.0)
             known = self.ranks.describe(rank)
-            self._fail(self._name(rank, known or f"is gone ({frame.data.decode(errors='replace')})"), rank)
+            self._fail(self._name(rank, known or f"is gone ({_reason(frame.data.decode(errors='replace'))})"), rank)
             return None
         self._current ^= 1
         self._receive = self._group.recv([self._buffers[self._current]], last, DATA)
         return frame
+
+    def _failed_rank(self, wait_s: float) -> int | None:
+        """A rank known to be gone or stopped; a killed process closes its links a moment before it can be reaped."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            rank = self.ranks.failed_rank()
+            if rank is not None or time.monotonic() >= deadline:
+                return rank
+            time.sleep(0.02)
 
     def drain(self) -> list[MicroBatch]:
         return [self.get() for _ in range(self.in_flight)]
@@ -247,3 +259,9 @@ class DistPipeline:
                 pass
         self.ranks.stop(timeout_s)
         self._group = None
+
+
+def _reason(err) -> str:
+    """gloo's message without its source path and its boilerplate advice."""
+    text = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(err))
+    return text.split(". This is typically")[0].strip()
