@@ -58,6 +58,14 @@ def _ints(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64).view(torch.uint8)
 
 
+def _flat_bytes(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A host copy of `t` with unit stride (any view, even a strided one-element one), as bytes."""
+    flat = t.detach().reshape(-1)
+    if flat.device.type != "cpu" or flat.dtype != dtype or flat.stride(0) != 1:
+        flat = torch.empty(flat.numel(), dtype=dtype).copy_(flat)
+    return flat.view(torch.uint8)
+
+
 def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int] = (), data: bytes = b"") -> torch.Tensor:
     """One frame, payload tensors moved to CPU (the wire is host memory; see docs/DISTRIBUTED.md)."""
     payloads = [p.payload for p in parts if p.payload is not None]
@@ -71,10 +79,8 @@ def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int]
     meta += list(stage_us)
     ints = [_ints(meta)] if meta else []
     for p in parts:
-        ints += [p.tokens.detach().to("cpu", torch.int64).reshape(-1).view(torch.uint8),
-                 p.positions.detach().to("cpu", torch.int64).reshape(-1).view(torch.uint8),
-                 p.slots.detach().to("cpu", torch.int64).reshape(-1).view(torch.uint8)]
-    body = [t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8) for t in payloads]
+        ints += [_flat_bytes(p.tokens, torch.int64), _flat_bytes(p.positions, torch.int64), _flat_bytes(p.slots, torch.int64)]
+    body = [_flat_bytes(t, t.dtype) for t in payloads]
     if data:
         body.append(torch.frombuffer(bytearray(data), dtype=torch.uint8))
     width = payloads[0].shape[-1] if payloads else 0

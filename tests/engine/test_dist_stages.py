@@ -32,7 +32,7 @@ def prompt_part(slot: int = 0, length: int = 5, start: int = 0) -> Part:
 
 def test_frames_round_trip_every_field_and_dtype():
     hidden = torch.randn(2, 3, 4).to(torch.bfloat16)
-    part = WirePart(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[0, 1, 2], [7, 8, 9]]), torch.tensor([3, 1]), True, hidden)
+    part = WirePart(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[0, 1, 2], [7, 8, 9]]), torch.tensor([[3, 0], [1, 0]])[:, 0], True, hidden)  # a strided slots view
     bare = WirePart(torch.tensor([[9]]), torch.tensor([[4]]), torch.tensor([0]), False)
     buffer = torch.zeros(4096, dtype=torch.uint8)
     frame_bytes = encode(Kind.WORK, 41, [part, bare], stage_us=[17, 5])
