@@ -170,9 +170,9 @@ class EngineConfig:
         """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own."""
         if self.stage_workers != "auto":
             return self.stage_workers
-        # auto stays "thread" even for all-cpu stages: on the shared 2-core machine the process pipeline
-        # was not measured faster (1 group ~10% slower from the pipe hops; 2 groups at best 1.2x, and
-        # 0.6x like threads whenever the second core was busy). Revisit with bench_pipeline.py --stage-workers.
+        # auto stays "thread": on the shared 2-core machine (load 11-20) dist stage ranks decoded 2 groups at
+        # 0.48x their 1-group rate against threads' 0.74x (gloo costs ~0.5 ms a message there, three hops
+        # per micro-batch); docs/DISTRIBUTED.md has the numbers and what to re-measure before flipping it.
         return "thread"
 
     def resolved_batch_groups(self) -> int:
