@@ -40,7 +40,11 @@ def set_up(delay_ms: float) -> None:
     for args in (("addr", "add", "10.213.9.2/24", "dev", NS_DEV), ("link", "set", NS_DEV, "up"), ("link", "set", "lo", "up")):
         ip("netns", "exec", NS, "ip", *args)
     if delay_ms > 0:
-        subprocess.run(["tc", "qdisc", "add", "dev", HOST_DEV, "root", "netem", "delay", f"{delay_ms}ms"], check=True)
+        done = subprocess.run(["tc", "qdisc", "add", "dev", HOST_DEV, "root", "netem", "delay", f"{delay_ms}ms"],
+                              capture_output=True, text=True)
+        if done.returncode:
+            tear_down()
+            raise SystemExit(f"tc netem is not available here ({done.stderr.strip()}): only --delays-ms 0 can run")
         ip("netns", "exec", NS, "tc", "qdisc", "add", "dev", NS_DEV, "root", "netem", "delay", f"{delay_ms}ms")
 
 
@@ -95,8 +99,8 @@ def main() -> None:
     raw = []
     for delay in [float(d) for d in args.delays_ms.split(",")]:
         tear_down()
-        set_up(delay)
         try:
+            set_up(delay)
             for groups in (1, 2):
                 rate, trip = measure(groups, args.tokens)
                 raw.append({"delay_ms": delay, "groups": groups, "tok_s": rate, "lone_round_trip_ms": trip})
