@@ -219,12 +219,14 @@ class DistPipeline:
         except BaseException as err:
             with self._lock:
                 self._broken = f"{cause}; the restart failed: {err}"
+            self.ranks.stop(timeout_s=1.0)
             return
         with self._lock:
-            if self._closed:
+            if not self._closed:
+                self.epoch += 1
+                self._broken = None
                 return
-            self.epoch += 1
-            self._broken = None
+        self.ranks.stop(timeout_s=1.0)  # closed while restarting: the new ranks must not outlive the head
 
     def link_bytes(self, rows: int) -> list[int]:
         """Bytes one decode micro-batch of `rows` rows puts on each link: head -> rank 1, rank i -> i+1, last -> head."""
