@@ -138,3 +138,34 @@ def test_stage_ranks_exit_when_their_head_is_killed():
         wait_until(lambda: not any(alive(p) for p in pids), 10, "the orphaned stage ranks to exit")
     finally:
         head.kill()
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.slow
+def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
+    exe = str(os.path.join(os.path.dirname(sys.executable), "strata-engine"))
+    server = subprocess.Popen([exe, "serve", "--port", "0", "--split", "2", "--batch-groups", "2", "--threads", "1",
+                               "--stage-workers", "dist", "--no-log-events"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("STRATA_READY url="), (line, server.poll())
+        url = line.strip().split("url=", 1)[1]
+        ranks = children(server.pid)
+        assert len(ranks) == 2, f"expected two stage ranks under the server, found {ranks}"
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+        done = httpx.post(f"{url}/v1/completions", json={"prompt": SHORT, "max_tokens": 4, "temperature": 0}, timeout=60)
+        assert done.status_code == 200 and done.json()["choices"][0]["finish_reason"] == "length", done.text
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        wait_until(lambda: not any(alive(p) for p in ranks), 10, "the stage ranks to exit with the server")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
