@@ -141,11 +141,15 @@ def test_stage_ranks_exit_when_their_head_is_killed():
 
 
 def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
+    """Children of every thread of `pid` (the server starts its ranks from its loader thread)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return found
 
 
 @pytest.mark.slow
@@ -157,9 +161,9 @@ def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
         line = server.stdout.readline()
         assert line.startswith("STRATA_READY url="), (line, server.poll())
         url = line.strip().split("url=", 1)[1]
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 300, "the engine and its ranks to load")
         ranks = children(server.pid)
         assert len(ranks) == 2, f"expected two stage ranks under the server, found {ranks}"
-        assert httpx.get(f"{url}/health").json() == {"status": "ok"}
         done = httpx.post(f"{url}/v1/completions", json={"prompt": SHORT, "max_tokens": 4, "temperature": 0}, timeout=60)
         assert done.status_code == 200 and done.json()["choices"][0]["finish_reason"] == "length", done.text
         server.send_signal(signal.SIGTERM)
