@@ -90,7 +90,8 @@ class DistPipeline:
             try:
                 group.recv([buffer], rank, CONTROL).wait(timeout)
             except RuntimeError as err:
-                raise StageRankError(self._name(rank, f"did not start: {err}")) from None
+                known = self._failed_rank(wait_s=2.0) == rank and self.ranks.describe(rank)
+                raise StageRankError(self._name(rank, f"did not start: {known or _reason(err)}")) from None
             frame = decode(buffer)
             if frame.kind != Kind.READY:
                 raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))

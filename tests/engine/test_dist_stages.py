@@ -10,7 +10,7 @@ from strata_engine import SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.engine import Engine
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.dist_pipeline import DistPipeline
+from strata_engine.runtime.dist_pipeline import DistPipeline, StageRankError
 from strata_engine.runtime.dist_ranks import LocalRanks
 from strata_engine.runtime.dist_wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
@@ -96,6 +96,22 @@ def test_a_stage_error_fails_that_micro_batch_only(pipelines):
     assert fine.error is None and fine.parts[0].logits.shape == (1, 258)
     assert isinstance(too_big.error, ValueError) and "70 token positions" in str(too_big.error)
     assert ranks.health() is None
+
+
+@pytest.mark.slow
+def test_a_stage_rank_that_cannot_load_the_model_says_why_and_leaves_no_process(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    class Recorded(LocalRanks):
+        def start(self):
+            store = super().start()
+            self.started = list(self.procs)
+            return store
+
+    ranks = Recorded(2)
+    with pytest.raises(StageRankError, match=r"stage rank 1 \(stage 0, layers 0-1, cpu\) failed to start: .*"):
+        DistPipeline(ranks, STAGES, str(tmp_path), num_slots=1, ctx=16, dtype=torch.float32, hidden_size=256,
+                     vocab_size=258, threads=1)
+    assert len(ranks.started) == 2 and all(proc.poll() is not None for proc in ranks.started)
 
 
 def test_stage_workers_config():
