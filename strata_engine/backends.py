@@ -22,7 +22,7 @@ class Backend:
     dtype: str
     vocab_size: int
     eos_token_id: int | None
-    stage_workers: str = "none"  # torch: "thread" or "process" (resolved); sim: "none"
+    stage_workers: str = "none"  # torch: "thread" or "dist" (resolved); sim: "none"
 
 
 def _default_device() -> str:
@@ -76,10 +76,8 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     if threads is None and all(s.device.startswith("cpu") for s in stages):
         threads = max(1, (os.cpu_count() or 1) // len(stages))
     workers = config.stage_workers_for()
-    if workers == "process":  # each stage process loads its own layers; the parent holds no weights
-        from .runtime.stage_process import ProcessPipeline
-
-        pipeline = ProcessPipeline(config.model, stages, sched.batch, sched.ctx, dtype, threads=threads)
+    if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
+        pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config)
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
@@ -96,6 +94,17 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         eos_token_id=model_config.eos_token_id,
         stage_workers=workers,
     )
+
+
+def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config):
+    from .runtime.dist_pipeline import DistPipeline
+    from .runtime.dist_ranks import JoinedRanks, LocalRanks
+
+    ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
+    # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token.
+    return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
+                        model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
+                        max_tokens=sched.prefill_chunk + sched.batch)
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

@@ -1,5 +1,5 @@
-"""`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md) and `generate` (one prompt,
-streamed to the terminal). Each engine flag maps to one EngineConfig field; the STRATA_* scheduler
+"""`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md), `generate` (one prompt,
+streamed to the terminal) and `stage` (one pipeline stage rank of a distributed server). Each engine flag maps to one EngineConfig field; the STRATA_* scheduler
 variables are read by strata_engine.config and listed at the end of --help.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import click
 
 from .config import ENV_HELP, ENV_VARS, EngineConfig
 
-ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model", "executor",
-                "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers", "log_events")
+ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
+                "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
+                "stage_ranks", "stage_timeout_s", "log_events")
 
 
 def _epilog() -> str:
@@ -71,10 +72,16 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Engine seed: the default seed of requests that give none."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
                      help="torch intra-op threads per stage worker (default: cores / stages on cpu)."),
-        click.option("--stage-workers", type=click.Choice(["auto", "thread", "process"]), default="auto",
+        click.option("--stage-workers", type=click.Choice(["auto", "thread", "dist"]), default="auto",
                      show_default=True,
-                     help="What runs each pipeline stage: a thread, or an OS process of its own (stages overlap "
-                          "without sharing the GIL). auto = thread."),
+                     help="What runs each pipeline stage: a thread, or a torch.distributed rank of its own (stages "
+                          "overlap without sharing the GIL; docs/DISTRIBUTED.md). auto: see docs/DISTRIBUTED.md."),
+        click.option("--stage-ranks", type=click.Choice(["launch", "join"]), default="launch", show_default=True,
+                     help="dist: launch = start the stage ranks on this machine; join = this server is RANK 0 and "
+                          "the stage ranks ('strata-engine stage') join through MASTER_ADDR/MASTER_PORT/WORLD_SIZE."),
+        click.option("--stage-timeout", "stage_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
+                     show_default=True, help="dist: seconds a micro-batch may take before its stage rank is "
+                                             "declared hung (its requests fail naming the rank)."),
         click.option("--log-events/--no-log-events", default=True, show_default=True,
                      help="Echo every engine event (PIECE, YIELDED, ...) as one line on stderr."),
     ]
@@ -211,6 +218,23 @@ def _stream_to_terminal(engine: Any, prompt: Any, params: Any, show_ids: bool) -
     ttft = f"{(first - started) * 1000:.0f} ms" if first else "-"
     click.echo(f"[{n} tokens, finish_reason={completion.finish_reason}, first token {ttft}, "
                f"{n / elapsed if elapsed > 0 else 0:.1f} tok/s]", err=True)
+
+
+@main.command()
+@click.option("--model", default=None, help="Model path on this host (default: the one the head names).")
+@click.option("--device", default=None,
+              help="Device of this stage (default: the head's --devices entry; cuda:LOCAL_RANK under torchrun).")
+@click.option("--local-rank", envvar="LOCAL_RANK", type=int, default=None, help="Set by torchrun (LOCAL_RANK).")
+@click.option("--parent-pid", type=int, default=None, hidden=True)
+@click.option("--rendezvous-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds to wait for the head and the other ranks.")
+def stage(model: str | None, device: str | None, local_rank: int | None, parent_pid: int | None,
+          rendezvous_timeout: float) -> None:
+    """Serve one pipeline stage as a rank of a head's group (docs/DISTRIBUTED.md). The rank comes from the
+    standard variables MASTER_ADDR, MASTER_PORT, RANK (1..WORLD_SIZE-1), WORLD_SIZE; torchrun sets them."""
+    from .runtime.dist_stage import run_stage_rank
+
+    sys.exit(run_stage_rank(model, device, local_rank, parent_pid, rendezvous_timeout))
 
 
 if __name__ == "__main__":  # python -m strata_engine.cli

@@ -21,7 +21,8 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
     "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
 }
 
-STAGE_WORKERS = ("auto", "thread", "process")
+STAGE_WORKERS = ("auto", "thread", "dist")
+STAGE_RANKS = ("launch", "join")
 
 ENV_HELP = {
     "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
@@ -125,7 +126,9 @@ class EngineConfig:
     sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
     time_scale: float = 1.0  # sim: modelled seconds per wall second
     threads: int | None = None  # torch intra-op threads per stage worker
-    stage_workers: str = "auto"  # "thread", "process" (one OS process per stage) or "auto" (see stage_workers_for; auto is "thread" today)
+    stage_workers: str = "auto"  # "thread", "dist" (one torch.distributed rank per stage) or "auto" (stage_workers_for)
+    stage_ranks: str = "launch"  # dist: "launch" = start the stage ranks here; "join" = they join through env://
+    stage_timeout_s: float = 60.0  # dist: the longest a micro-batch may take before its rank is declared hung
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
@@ -148,6 +151,12 @@ class EngineConfig:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
         if self.stage_workers not in STAGE_WORKERS:
             raise ValueError(f"stage_workers must be one of {', '.join(STAGE_WORKERS)}, got {self.stage_workers!r}")
+        if self.stage_ranks not in STAGE_RANKS:
+            raise ValueError(f"stage_ranks must be one of {', '.join(STAGE_RANKS)}, got {self.stage_ranks!r}")
+        if self.stage_timeout_s <= 0:
+            raise ValueError(f"stage_timeout_s must be > 0, got {self.stage_timeout_s}")
+        if self.stage_ranks == "join" and self.stage_workers != "dist":
+            raise ValueError("--stage-ranks join needs --stage-workers dist")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
@@ -161,12 +170,12 @@ class EngineConfig:
         return 2 if self.split is not None else 1
 
     def stage_workers_for(self) -> str:
-        """What runs each pipeline stage: a thread of this process or a process of its own."""
+        """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own."""
         if self.stage_workers != "auto":
             return self.stage_workers
-        # auto stays "thread" even for all-cpu stages: on the shared 2-core machine the process pipeline
-        # was not measured faster (1 group ~10% slower from the pipe hops; 2 groups at best 1.2x, and
-        # 0.6x like threads whenever the second core was busy). Revisit with bench_pipeline.py --stage-workers.
+        # auto stays "thread": on the shared 2-core machine (load 11-20) dist stage ranks decoded 2 groups at
+        # 0.48x their 1-group rate against threads' 0.74x (gloo costs ~0.5 ms a message there, three hops
+        # per micro-batch); docs/DISTRIBUTED.md has the numbers and what to re-measure before flipping it.
         return "thread"
 
     def resolved_batch_groups(self) -> int:

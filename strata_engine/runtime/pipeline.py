@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -95,11 +96,13 @@ class Stage(threading.Thread):
                 if mb is None:
                     return
                 if mb.error is None:
+                    t0 = time.perf_counter()
                     try:
                         for part in mb.parts:
                             self._run_part(part)
                     except BaseException as exc:  # one micro-batch fails, the stage keeps serving
                         mb.error = exc
+                    mb.stage_ms.append((time.perf_counter() - t0) * 1000.0)
                 self.outbox.put(mb)
 
     def _run_part(self, part: Part) -> None:

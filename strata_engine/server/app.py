@@ -107,6 +107,9 @@ def create_app(engine: Any, *, model_name: str | None = None, api_key: str | Non
 def _basic_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
+        fault = state.stage_fault() if state.ready else None
+        if fault:
+            return JSONResponse({"status": "error", "error": fault}, status_code=503)
         if state.ready and not state.draining:
             return JSONResponse({"status": "ok"})
         if state.load_error:

@@ -53,7 +53,16 @@ class ServerState:
             raise APIError(503, "the server is shutting down; send this request elsewhere")
         if not self.ready:
             raise APIError(503, self.load_error or "the model is still loading; retry when GET /health is 200")
+        fault = self.stage_fault()
+        if fault:
+            raise APIError(503, f"{fault}; retry when GET /health is 200")
         return self.engine
+
+    def stage_fault(self) -> str | None:
+        """What is wrong with the engine's pipeline stages (a stage rank dead, hung or restarting), or None."""
+        pipeline = getattr(getattr(self.engine, "executor", None), "pipeline", None)
+        health = getattr(pipeline, "health", None)
+        return health() if health is not None else None
 
     def check_model(self, name: str | None) -> None:
         if name and name != self.model_name:

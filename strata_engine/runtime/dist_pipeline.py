@@ -1,0 +1,270 @@
+"""The head's side of the distributed stages: `Pipeline`'s interface over stage ranks of a gloo group.
+
+Contract: `DistPipeline` has `submit`, `get`, `drain`, `in_flight`, `num_stages`, `close` and returns the
+same `MicroBatch` objects in submission order with each part's logits (or `error`). The head is rank 0
+and runs no stage: it sends each micro-batch as one frame to rank 1 and receives the logits from rank S;
+micro-batches of every group are in flight at once and nothing waits for the stages but `get`. Every
+`get` has a timeout: a rank that dies or stops answering fails everything in flight, and everything
+submitted until the ranks are back, with a `StageRankError` naming the rank; `health()` says so. Ranks
+this head started are restarted in the background (`LocalRanks`); joined ranks are not (503 until the
+job is restarted). A micro-batch that continues a slot whose KV cache was lost with a restart fails too.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import pickle
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .dist_stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
+from .dist_wire import HEADER, Kind, WirePart, decode, encode
+from .pipeline import MicroBatch, StagePlan
+
+
+class StageRankError(RuntimeError):
+    """A stage rank is gone, stopped answering, or could not start; the message names it."""
+
+
+@dataclass
+class _Pending:
+    seq: int
+    mb: MicroBatch
+    epoch: int
+    sent: bool
+
+
+class DistPipeline:
+    def __init__(self, ranks, stages: Sequence[StagePlan], model: str, num_slots: int, ctx: int, dtype: torch.dtype,
+                 hidden_size: int, vocab_size: int, threads: int | None = None, timeout_s: float = 60.0,
+                 max_tokens: int | None = None, startup_timeout_s: float = 300.0):
+        self.stages = list(stages)
+        self.ranks = ranks
+        self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
+        self.max_tokens = max_tokens or ctx + num_slots  # token positions in one micro-batch, all parts
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        capacity = 65536 + 24 * self.max_tokens + max(self.max_tokens * hidden_size * itemsize,
+                                                       (num_slots + 1) * vocab_size * 4)
+        self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
+                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s) for p in self.stages]
+        self.capacity = capacity
+        self._hidden_size, self._vocab_size = hidden_size, vocab_size
+        self.in_flight = 0
+        self.epoch = 0
+        self._seq = 0
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._slot_epoch: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+        self._restarting: threading.Thread | None = None
+        self._closed = False
+        self._group = None
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.stages) + 1
+
+    # -- start -------------------------------------------------------------------------------
+    def _start(self) -> None:
+        store = self.ranks.start()
+        group = make_group(store, 0, self.world_size)
+        for rank, spec in enumerate(self.specs, start=1):
+            group.send([encode(Kind.SPEC, rank, data=spec.to_json())], rank, CONTROL).wait()
+        timeout = datetime.timedelta(seconds=self.startup_timeout_s)
+        for rank in range(1, self.world_size):
+            buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
+            try:
+                group.recv([buffer], rank, CONTROL).wait(timeout)
+            except RuntimeError as err:
+                known = self._failed_rank(wait_s=2.0) == rank and self.ranks.describe(rank)
+                raise StageRankError(self._name(rank, f"did not start: {known or _reason(err)}")) from None
+            frame = decode(buffer)
+            if frame.kind != Kind.READY:
+                raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))
+        self._group = group
+        self._sender = _Sender(group, 1, self.timeout_s)
+        self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]
+        self._current = 0
+        self._receive = group.recv([self._buffers[0]], self.world_size - 1, DATA)
+
+    def _name(self, rank: int, what: str) -> str:
+        spec = self.specs[rank - 1]
+        return f"stage rank {rank} (stage {spec.index}, layers {spec.layer_start}-{spec.layer_end - 1}, {spec.device}) {what}"
+
+    # -- the pipeline interface ------------------------------------------------------------------
+    def submit(self, mb: MicroBatch) -> None:
+        self.in_flight += 1
+        seq, self._seq = self._seq, self._seq + 1
+        with self._lock:
+            entry = _Pending(seq, mb, self.epoch, sent=False)
+            self._pending.append(entry)
+            if self._broken is not None or mb.error is not None:
+                return
+            mb.error = self._check(mb)
+            if mb.error is not None:
+                return
+            parts = [WirePart(p.tokens, p.positions, p.slots, p.want_logits) for p in mb.parts]
+            try:
+                self._sender.send(encode(Kind.WORK, seq, parts))
+            except RuntimeError as err:
+                self._fail(self._name(1, f"cannot be reached: {err}"), 1)
+                return
+            entry.sent = True
+
+    def _check(self, mb: MicroBatch) -> BaseException | None:
+        tokens = sum(p.positions.numel() for p in mb.parts)
+        if tokens > self.max_tokens:
+            return ValueError(f"a micro-batch of {tokens} token positions exceeds the stage frames' {self.max_tokens}")
+        for part in mb.parts:
+            for slot, first in zip(part.slots.tolist(), part.positions[:, 0].tolist()):
+                if first == 0:
+                    self._slot_epoch[slot] = self.epoch
+                elif self._slot_epoch.get(slot, self.epoch) != self.epoch:
+                    return StageRankError(f"slot {slot}'s KV cache was lost when the stage ranks restarted")
+        return None
+
+    def get(self) -> MicroBatch:
+        if not self._pending:
+            raise RuntimeError("get() with no micro-batch in flight")
+        entry = self._pending.popleft()
+        self.in_flight -= 1
+        mb = entry.mb
+        if not entry.sent:
+            with self._lock:
+                mb.error = mb.error or StageRankError(self._broken or "the stage ranks were not reachable")
+            return mb
+        with self._lock:
+            if entry.epoch != self.epoch or self._broken is not None:
+                mb.error = StageRankError(self._broken or "the stage ranks restarted while this micro-batch was in flight")
+                return mb
+            frame = self._receive_frame()
+            if frame is None:
+                mb.error = StageRankError(self._broken)
+                return mb
+        if frame.seq != entry.seq:  # cannot happen with FIFO ranks; say so loudly if it ever does
+            raise RuntimeError(f"stage results out of order: expected micro-batch {entry.seq}, got {frame.seq}")
+        if frame.kind == Kind.ERROR:
+            mb.error = pickle.loads(frame.data)
+            return mb
+        mb.stage_ms = [us / 1000.0 for us in frame.stage_us]
+        for part, wire in zip(mb.parts, frame.parts):
+            part.hidden, part.logits = None, (None if wire.payload is None else wire.payload.clone())
+        return mb
+
+    def _receive_frame(self):
+        """The next frame from the last rank, or None with the pipeline marked broken (lock held)."""
+        last = self.world_size - 1
+        try:
+            self._receive.wait(datetime.timedelta(seconds=self.timeout_s))
+            frame = decode(self._buffers[self._current])
+        except RuntimeError as err:
+            timed_out = "Timed out" in str(err)
+            rank = self._failed_rank(wait_s=0.0 if timed_out else 2.0) or last
+            known = self.ranks.describe(rank)
+            what = known or (f"did not answer within {self.timeout_s:g} s" if timed_out else f"closed its link ({_reason(err)})")
+            self._fail(self._name(rank, what), rank)
+            return None
+        if frame.kind == Kind.FAULT:  # a rank lost its neighbour: frame.seq is the lost rank
+            rank = frame.seq if 1 <= frame.seq < self.world_size else (self.ranks.failed_rank() or last)
+            self._failed_rank(wait_s=2.0)
+            known = self.ranks.describe(rank)
+            self._fail(self._name(rank, known or f"is gone ({_reason(frame.data.decode(errors='replace'))})"), rank)
+            return None
+        self._current ^= 1
+        self._receive = self._group.recv([self._buffers[self._current]], last, DATA)
+        return frame
+
+    def _failed_rank(self, wait_s: float) -> int | None:
+        """A rank known to be gone or stopped; a killed process closes its links a moment before it can be reaped."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            rank = self.ranks.failed_rank()
+            if rank is not None or time.monotonic() >= deadline:
+                return rank
+            time.sleep(0.02)
+
+    def drain(self) -> list[MicroBatch]:
+        return [self.get() for _ in range(self.in_flight)]
+
+    # -- faults ----------------------------------------------------------------------------------
+    def _fail(self, message: str, rank: int) -> None:
+        """Mark the pipeline broken (lock held); ranks this head started come back in the background."""
+        if self._broken is not None:
+            return
+        self._broken = message
+        self._group = None
+        if self.ranks.can_restart and not self._closed:
+            self._broken = f"{message}; restarting the stage ranks"
+            self._restarting = threading.Thread(target=self._restart, args=(message,), name="strata-stage-restart",
+                                                daemon=True)
+            self._restarting.start()
+
+    def _restart(self, cause: str) -> None:
+        self.ranks.stop(timeout_s=1.0)
+        try:
+            self._start()
+        except BaseException as err:
+            with self._lock:
+                self._broken = f"{cause}; the restart failed: {err}"
+            self.ranks.stop(timeout_s=1.0)
+            return
+        with self._lock:
+            if not self._closed:
+                self.epoch += 1
+                self._broken = None
+                return
+        self.ranks.stop(timeout_s=1.0)  # closed while restarting: the new ranks must not outlive the head
+
+    def link_bytes(self, rows: int) -> list[int]:
+        """Bytes one decode micro-batch of `rows` rows puts on each link: head -> rank 1, rank i -> i+1, last -> head."""
+        spec = self.specs[0]
+        dtype = getattr(torch, spec.dtype)
+        ids = torch.zeros(rows, 1, dtype=torch.long)
+
+        def frame(payload, times):
+            return encode(Kind.WORK, 0, [WirePart(ids, ids, ids[:, 0], True, payload)], [0] * times).numel()
+
+        hidden = torch.zeros(rows, 1, self._hidden_size, dtype=dtype)
+        logits = torch.zeros(rows, self._vocab_size)
+        return [frame(None, 0)] + [frame(hidden, i + 1) for i in range(self.num_stages - 1)] + [frame(logits, self.num_stages)]
+
+    def health(self) -> str | None:
+        """None while every stage rank serves; else what is wrong, naming the rank."""
+        return "the pipeline is closed" if self._closed else self._broken
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """SHUTDOWN walks the chain (each rank forwards it and exits), then stragglers are killed. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        restarting = self._restarting
+        if restarting is not None:
+            restarting.join(timeout_s)
+        if self._group is not None and self._broken is None:
+            try:
+                self._sender.send(encode(Kind.SHUTDOWN, self._seq))
+                self._sender.flush()
+            except RuntimeError:
+                pass
+        self.ranks.stop(timeout_s)
+        self._group = None
+
+
+def _reason(err) -> str:
+    """gloo's message without its source path and its boilerplate advice."""
+    text = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(err))
+    return text.split(". This is typically")[0].strip()

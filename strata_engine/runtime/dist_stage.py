@@ -1,0 +1,231 @@
+"""A stage rank: one pipeline stage as a rank of a torch.distributed group, fed by the rank before it.
+
+Contract: `serve_stage(store, rank, world_size)` joins the group, receives its `StageSpec` from the head
+(rank 0), loads only its layers (embed on the first stage, norm and head on the last), owns those
+layers' KV cache, says READY (or FAILED with why), then serves frames until a SHUTDOWN: it receives
+from rank-1 and sends to rank+1 (the last stage sends to the head). Each frame is one send; the next
+frame's receive is posted before the current one is computed, so the link and the compute overlap. An
+exception in a micro-batch becomes that frame's ERROR and the stage keeps serving; a lost neighbour
+becomes a FAULT frame naming it, forwarded toward the head, and the stage exits.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+from .dist_wire import Kind, WirePart, decode, encode, error_bytes
+from .pipeline import StagePlan
+
+DATA, CONTROL = 0, 1
+SPEC_BYTES = 1 << 16
+SENDS_IN_FLIGHT = 8
+FOREVER = datetime.timedelta(days=365)  # a stage with nothing to do waits; a lost neighbour ends the wait
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one stage rank builds: plain values, sent as JSON from the head."""
+
+    index: int
+    device: str
+    layer_start: int
+    layer_end: int
+    num_stages: int
+    model: str
+    num_slots: int
+    ctx: int
+    dtype: str  # "float32", "bfloat16", "float16"
+    threads: int | None
+    capacity: int  # bytes of the largest frame this rank receives
+    timeout_s: float
+
+    @property
+    def plan(self) -> StagePlan:
+        return StagePlan(self.index, self.device, self.layer_start, self.layer_end)
+
+    @property
+    def is_first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.num_stages - 1
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "StageSpec":
+        return cls(**json.loads(data))
+
+
+def make_group(store, rank: int, world_size: int, generation: int = 0):
+    """The gloo group of the head and the stage ranks; a new generation is a new group on the same store."""
+    return dist.ProcessGroupGloo(dist.PrefixStore(f"strata/{generation}", store), rank, world_size, FOREVER)
+
+
+def build_stage(spec: StageSpec):
+    """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do."""
+    from .kv_cache import KVCache
+    from ..model.weights import load_model
+
+    dtype = getattr(torch, spec.dtype)
+    device = spec.device
+    model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
+    for i in range(config.num_layers):
+        if spec.layer_start <= i < spec.layer_end:
+            model.layers[i].to(device=device, dtype=dtype)
+        else:
+            model.layers[i] = torch.nn.Identity()  # another stage's layer: drop its weights
+    if spec.is_first:
+        model.embed_tokens.to(device=device, dtype=dtype)
+    if spec.is_last:
+        model.norm.to(device=device, dtype=dtype)
+        model.lm_head.to(device=device, dtype=dtype)  # may share its weight with embed_tokens (tied)
+    if not spec.is_first:
+        model.embed_tokens = None
+    if not spec.is_last:
+        model.norm = model.lm_head = None
+    model.eval()
+    cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
+    return model, cache
+
+
+def run_part(spec: StageSpec, model, cache, part: WirePart) -> WirePart:
+    device = spec.device
+    positions, slots = part.positions.to(device), part.slots.to(device)
+    h = model.embed(part.tokens.to(device)) if spec.is_first else part.payload.to(device)  # [B, T, D]
+    for i in range(spec.layer_start, spec.layer_end):
+        h = model.layers[i](h, positions, cache.layers[i], slots)
+    if spec.is_last:  # the head needs the logits only: [B, V] float32
+        logits = model.head(h[:, -1:, :])[:, 0, :].float() if part.want_logits else None
+        return WirePart(part.tokens, part.positions, part.slots, part.want_logits, logits)
+    return WirePart(part.tokens, part.positions, part.slots, part.want_logits, h)
+
+
+class _Sender:
+    """Non-blocking sends to one peer, each frame kept alive until its send completes."""
+
+    def __init__(self, group, peer: int, timeout_s: float):
+        self.group, self.peer, self.timeout = group, peer, datetime.timedelta(seconds=timeout_s)
+        self.pending: collections.deque = collections.deque()
+
+    def send(self, frame: torch.Tensor) -> None:
+        while self.pending and self.pending[0][0].is_completed():
+            self.pending.popleft()[0].wait()
+        if len(self.pending) >= SENDS_IN_FLIGHT:
+            self.pending.popleft()[0].wait(self.timeout)
+        self.pending.append((self.group.send([frame], self.peer, DATA), frame))
+
+    def flush(self) -> None:
+        while self.pending:
+            self.pending.popleft()[0].wait(self.timeout)
+
+
+def serve_stage(store, rank: int, world_size: int, model_override: str | None = None,
+                device_override: str | None = None, generation: int = 0) -> int:
+    """The stage rank's body; returns the process exit status (0 after a SHUTDOWN)."""
+    group = make_group(store, rank, world_size, generation)
+    spec_buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
+    group.recv([spec_buffer], 0, CONTROL).wait()
+    spec = StageSpec.from_json(decode(spec_buffer).data)
+    overrides = {k: v for k, v in (("model", model_override), ("device", device_override)) if v}
+    spec = StageSpec(**{**asdict(spec), **overrides})
+    try:
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        model, cache = build_stage(spec)
+    except Exception as exc:
+        group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
+        return 2
+    group.send([encode(Kind.READY, rank, data=f"pid {os.getpid()} device {spec.device}".encode())], 0, CONTROL).wait()
+    with torch.inference_mode():
+        return _serve(group, rank, world_size, spec, model, cache)
+
+
+def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache) -> int:
+    prev, nxt = rank - 1, (rank + 1) % world_size
+    sender = _Sender(group, nxt, spec.timeout_s)
+    buffers = [torch.empty(spec.capacity, dtype=torch.uint8) for _ in range(2)]
+    current = 0
+    receive = group.recv([buffers[current]], prev, DATA)
+    while True:
+        try:
+            receive.wait()
+            frame = decode(buffers[current])
+        except RuntimeError as err:
+            return _fault(sender, f"stage rank {rank} lost its link to rank {prev}: {err}", prev)
+        if frame.kind in (Kind.SHUTDOWN, Kind.FAULT):
+            try:
+                sender.send(buffers[current][:frame.nbytes].clone())
+                sender.flush()
+            except RuntimeError:
+                pass
+            return 0 if frame.kind == Kind.SHUTDOWN else 3
+        raw = buffers[current][:frame.nbytes]
+        current ^= 1
+        receive = group.recv([buffers[current]], prev, DATA)  # the next frame arrives while this one computes
+        out = _compute(spec, model, cache, frame, raw)
+        try:
+            sender.send(out)
+        except RuntimeError:
+            return 3  # the next rank is gone: the ranks after it, or the head, will name it
+
+
+def _compute(spec: StageSpec, model, cache, frame, raw: torch.Tensor) -> torch.Tensor:
+    if frame.kind != Kind.WORK:  # ERROR / SKIP pass through untouched
+        return raw.clone()
+    t0 = time.perf_counter()
+    try:
+        parts = [run_part(spec, model, cache, part) for part in frame.parts]
+    except Exception as exc:  # one micro-batch fails, the stage keeps serving
+        return encode(Kind.ERROR, frame.seq, data=error_bytes(exc, spec.index))
+    stage_us = frame.stage_us + [int((time.perf_counter() - t0) * 1e6)]
+    return encode(Kind.WORK, frame.seq, parts, stage_us)
+
+
+def _fault(sender: _Sender, message: str, lost_rank: int) -> int:
+    try:
+        sender.send(encode(Kind.FAULT, lost_rank, data=message.encode()))
+        sender.flush()
+    except RuntimeError:
+        pass
+    return 3
+
+
+def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """A stage rank started by a head exits when that head is gone, whatever killed it."""
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(4)
+            time.sleep(interval_s)
+
+    threading.Thread(target=watch, name="strata-parent-watch", daemon=True).start()
+
+
+def run_stage_rank(model: str | None, device: str | None, local_rank: int | None, parent_pid: int | None,
+                   timeout_s: float = 300.0) -> int:
+    """`strata-engine stage`: join the head's group through env:// and serve until the head says stop."""
+    import signal
+
+    if parent_pid is not None:  # started by a head: it stops us (Ctrl-C reaches the head, not us)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        watch_parent(parent_pid)
+    try:
+        store, rank, world_size = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=timeout_s)))
+    except ValueError as err:
+        raise SystemExit(f"strata-engine stage: {err} (a stage rank needs MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)")
+    if rank == 0:
+        raise SystemExit("strata-engine stage: RANK 0 is the head (strata-engine serve); stage ranks are 1..WORLD_SIZE-1")
+    if device is None and local_rank is not None and torch.cuda.is_available():
+        device = f"cuda:{local_rank}"  # torchrun: one GPU per local rank
+    return serve_stage(store, rank, world_size, model_override=model, device_override=device)
