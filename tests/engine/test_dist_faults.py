@@ -14,8 +14,9 @@ import pytest
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 
-from fake_engine import FakeEngine, serving
-from helpers import assert_tokens_equal
+from fake_engine import FakeEngine
+from server_helpers import serving
+from tokens_equal import assert_tokens_equal
 
 CHUNK = 8
 LONG = "".join(f"    x_{i} = compute({i})\n" for i in range(40))  # ~800 tokens: 100 chunks

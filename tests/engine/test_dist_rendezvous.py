@@ -15,7 +15,7 @@ import pytest
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 
-from helpers import assert_tokens_equal
+from tokens_equal import assert_tokens_equal
 
 CHUNK = 8
 PROMPTS = ["def fibonacci(n):\n    if n < 2:\n        return n\n    return", "import os\nimport sys\n\nfor name in"]

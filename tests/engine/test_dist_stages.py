@@ -15,7 +15,7 @@ from strata_engine.runtime.dist_ranks import LocalRanks
 from strata_engine.runtime.dist_wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 
-from helpers import assert_tokens_equal
+from tokens_equal import assert_tokens_equal
 
 MODEL = "strata-tiny-moe"
 CHUNK = 8

@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from helpers import COMMON, INIT_RANGE, assert_tokens_equal, greedy
+from helpers import COMMON, INIT_RANGE, greedy
+from tokens_equal import assert_tokens_equal
 from strata_engine.model import load_model
 from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import Transformer

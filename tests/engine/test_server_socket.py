@@ -12,7 +12,8 @@ import pytest
 
 from strata_engine.server.run import bind
 
-from fake_engine import FakeEngine, serving
+from fake_engine import FakeEngine
+from server_helpers import serving
 
 
 def test_accepted_connections_have_tcp_nodelay():
