@@ -127,6 +127,8 @@ ONE_REPEAT = (r"--repeat [0-9]+", "--repeat 1")
 NO_DEMO_REPEATS = (r"strata-bench demo$", "strata-bench demo --repeat 1 --scale 0.5")
 OWN_INSTALL = (r"^bash scripts/install.sh", 'bash "$STRATA_ROOT/scripts/install.sh"')  # never an editable install of the scratch copy
 INSTALLED = "CI runs it itself: .ci/run is the README's test command"
+SEVERAL_HOSTS = ("several hosts at 10.0.0.1 with GPUs; tests/engine/test_dist_rendezvous.py runs the same env:// "
+                 "rendezvous with separate commands (and torchrun) on one host")
 MINUTES = "a measurement that takes minutes at the size the docs report; its numbers sit beside it"
 
 SMALL = (CI_SCALE, ONE_REPEAT)
@@ -151,6 +153,18 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench report bench-out/issue7-sim-ts4": Run(),
     "for m in STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100 'STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100'; do .venv/bin/strata-verify interleave --scale 0.05 --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" .venv/bin/strata-verify determinism --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" --against strata_verify/golden/reference-cpu.json done": Run(),
     "python -m strata_engine.executors.sim_calibrate pr2050-2x5090": Run(),
+    # docs/DISTRIBUTED.md
+    "strata-engine serve --split 2 --batch 6 --batch-groups 2 --stage-workers dist": Serve(),
+    **{command: Skip(SEVERAL_HOSTS) for command in (
+        "export MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 WORLD_SIZE=3",
+        'RANK=0 strata-engine serve --split 12 --batch 6 --batch-groups 2 --stage-workers dist --stage-ranks join --devices cuda:0,cuda:0 --host 0.0.0.0 --api-key "$KEY" &',
+        "RANK=1 strata-engine stage &",
+        "MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 WORLD_SIZE=3 RANK=2 strata-engine stage --device cuda:0 --model /models/m",
+        'A="--nnodes 3 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500"',
+        "torchrun $A --node-rank 0 -m strata_engine.cli serve --split 12 --batch-groups 2 --stage-workers dist --stage-ranks join ...",
+        "torchrun $A --node-rank 1 -m strata_engine.cli stage",
+        "torchrun $A --node-rank 2 -m strata_engine.cli stage",
+    )},
     # docs/MODEL.md
     ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),

@@ -121,8 +121,8 @@ def test_stage_workers_config():
         EngineConfig(stage_ranks="join")
     with pytest.raises(ValueError, match="stage_timeout_s must be > 0"):
         EngineConfig(stage_timeout_s=0)
-    assert EngineConfig(stage_workers="dist").stage_workers_for(["cpu", "cpu"]) == "dist"
-    assert EngineConfig(stage_workers="thread").stage_workers_for(["cpu", "cpu"]) == "thread"
+    assert EngineConfig(stage_workers="dist").stage_workers_for() == "dist"
+    assert EngineConfig(stage_workers="thread").stage_workers_for() == "thread"
     assert EngineConfig().stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
 
 
