@@ -24,7 +24,9 @@ from typing import Sequence
 
 import torch
 
+from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .pipeline import MicroBatch, Part, StagePlan
+from .stage_forward import stage_forward
 
 _SHUTDOWN = b"shutdown"
 
@@ -49,6 +51,7 @@ class StageSpec:
     threads: int | None
     is_first: bool
     is_last: bool
+    row_tile: int = 1  # batch invariance: GEMM rows padded to a multiple of it (runtime/invariance.py)
 
 
 # -- the wire: numpy arrays in a plain pickle (torch's own reductions would go through shared memory) --
@@ -70,7 +73,7 @@ def _from_wire(w) -> torch.Tensor | None:
 
 
 def _part_to_wire(part: Part) -> tuple:
-    return (_to_wire(part.tokens), _to_wire(part.positions), _to_wire(part.slots), part.want_logits, _to_wire(part.hidden))
+    return (_to_wire(part.tokens), _to_wire(part.positions), part.rows, part.want_logits, _to_wire(part.hidden))
 
 
 def _portable(exc: BaseException, stage: int) -> BaseException:
@@ -107,20 +110,18 @@ def _build(spec: StageSpec):
         model.embed_tokens = None
     if not spec.is_last:
         model.norm = model.lm_head = None
+    apply_row_tile(model, spec.row_tile)
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
     return model, cache
 
 
 def _run_part(spec: StageSpec, model, cache, wire: tuple) -> tuple:
-    tokens_w, positions_w, slots_w, want_logits, hidden_w = wire
-    device = spec.plan.device
-    positions, slots = _from_wire(positions_w).to(device), _from_wire(slots_w).to(device)
-    h = model.embed(_from_wire(tokens_w).to(device)) if spec.is_first else _from_wire(hidden_w).to(device)  # [B, T, D]
-    for i in spec.plan.layers:
-        h = model.layers[i](h, positions, cache.layers[i], slots)
+    tokens_w, positions_w, rows, want_logits, hidden_w = wire
+    part = Part(_from_wire(tokens_w), _from_wire(positions_w), rows, want_logits, _from_wire(hidden_w))
+    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.plan.device)
     if spec.is_last:  # the parent needs the logits only
-        return (_to_wire(model.head(h[:, -1:, :])[:, 0, :].float()) if want_logits else None,)
-    return (tokens_w, positions_w, slots_w, want_logits, _to_wire(h))
+        return (_to_wire(part.logits),)
+    return (tokens_w, positions_w, rows, want_logits, _to_wire(part.hidden))
 
 
 def stage_main(spec: StageSpec, inbox, outbox, control) -> None:
@@ -129,10 +130,11 @@ def stage_main(spec: StageSpec, inbox, outbox, control) -> None:
         if spec.threads:
             torch.set_num_threads(spec.threads)
         model, cache = _build(spec)
+        invariant = invariance_holds(model.config, spec.plan.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
     except BaseException as exc:
         control.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         return
-    control.send(("ready", os.getpid()))
+    control.send(("ready", (os.getpid(), invariant)))
     with torch.inference_mode():
         while True:
             try:
@@ -164,10 +166,14 @@ class ProcessPipeline:
     """Stage processes joined by pipes; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
     def __init__(self, model: str, stages: Sequence[StagePlan], num_slots: int, ctx: int, dtype: torch.dtype,
-                 threads: int | None = None, start_method: str = "forkserver", startup_timeout_s: float = 300.0):
+                 threads: int | None = None, start_method: str = "forkserver", startup_timeout_s: float = 300.0,
+                 row_tile: int | None = None):
         self.stages = list(stages)
         if not self.stages:
             raise ValueError("a pipeline needs at least one stage")
+        self.row_tile = default_row_tile(self.stages[0].device, dtype) if row_tile is None else row_tile
+        self.threads = threads
+        self.batch_invariant = True  # until a stage's own probe says otherwise (_await_ready)
         if start_method not in ("forkserver", "spawn"):  # fork after torch made its threads is unsafe
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         mp = multiprocessing.get_context(start_method)
@@ -188,7 +194,8 @@ class ProcessPipeline:
         atexit.register(self.close)
         try:
             for i, plan in enumerate(self.stages):
-                spec = StageSpec(plan, str(model), num_slots, ctx, dtype_name, threads, i == 0, i == len(self.stages) - 1)
+                spec = StageSpec(plan, str(model), num_slots, ctx, dtype_name, threads, i == 0, i == len(self.stages) - 1,
+                                 self.row_tile)
                 proc = mp.Process(target=stage_main, args=(spec, links[i][0], links[i + 1][1], control_write),
                                   name=f"strata-stage-{i}", daemon=True)
                 proc.start()
@@ -221,6 +228,7 @@ class ProcessPipeline:
                     raise StageProcessError("a stage process exited while starting") from None
                 if status != "ready":
                     raise StageProcessError(f"a stage process failed to start: {detail}")
+                self.batch_invariant = self.batch_invariant and detail[1]
                 ready += 1
                 continue
             dead = [p for p in self._procs if p.exitcode is not None]

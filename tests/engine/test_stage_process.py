@@ -30,7 +30,7 @@ def assert_same_tokens(*, expected, actual, label):
 
 
 def prompt_part(slot: int = 0, length: int = 5, start: int = 0) -> Part:
-    return Part(torch.arange(1, length + 1)[None, :], torch.arange(start, start + length)[None, :], torch.tensor([slot]), True)
+    return Part.uniform(torch.arange(1, length + 1)[None, :], torch.arange(start, start + length)[None, :], torch.tensor([slot]), True)
 
 
 def alive(pid: int) -> bool:
@@ -58,7 +58,7 @@ def test_logits_equal_the_thread_pipeline_bit_for_bit(pipelines):
     results = []
     for pipeline in (procs, threads):
         pipeline.submit(MicroBatch([prompt_part(slot=1, length=3), prompt_part(slot=2, length=1)], tag="read"))
-        pipeline.submit(MicroBatch([Part(torch.tensor([[7], [9]]), torch.tensor([[3], [1]]), torch.tensor([1, 2]), True)],
+        pipeline.submit(MicroBatch([Part.uniform(torch.tensor([[7], [9]]), torch.tensor([[3], [1]]), torch.tensor([1, 2]), True)],
                                    tag="decode"))
         assert pipeline.in_flight == 2
         results.append(pipeline.drain())
