@@ -160,7 +160,8 @@ class MoE(nn.Module):
     # A few tokens (decode steps, tiny chunks) touch most experts anyway when experts/top_k is small: running
     # every expert on every token is one GEMM and one batched GEMM instead of a Python loop of ~10 ops per
     # expert. Unchosen experts weigh exactly 0, so the sum over experts adds the same terms as _routed.
-    EVERY_EXPERT_MAX_TOKENS = 16
+    # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path.
+    EVERY_EXPERT_MAX_TOKENS = 32
 
     def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape

@@ -3,6 +3,8 @@ content), for decode rows and prompt chunks, at 1 and 2 threads, in every family
 The negative control runs the same comparisons with padding off and must see a difference."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -103,3 +105,35 @@ def test_claim_only_where_it_holds(hf_checkpoint):
     assert not invariance_holds(config, "cpu", torch.float32, 1, 1), "padding off"
     assert not invariance_holds(config, "cpu", torch.bfloat16, ROW_TILE, 1), "bf16 CPU GEMMs not measured"
     assert not invariance_holds(config, "cuda:0", torch.float32, ROW_TILE, 1), "CUDA GEMMs are not row invariant"
+
+
+NEAR_TIE = Path(__file__).parent / "data" / "near_tie_prompt.py.txt"
+
+
+def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]:
+    """The near-tie prompt's next token after its last byte is decoded beside 0..6 other decode rows:
+    {others: (greedy token, top-2 margin)}. Found by varying one byte of asyncio/protocols.py (see docs/MODEL.md)."""
+    model = load_model("strata-tiny-moe")[0]
+    prompt = list(NEAR_TIE.read_bytes())
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    out = {}
+    try:
+        with torch.inference_mode():
+            harness = Harness(model, row_tile, ctx=len(prompt) + 8)
+            harness.run([(TARGET_SLOT, 0, prompt[:-1])])
+            for others in range(BATCH + 1):
+                rows = [(slot, 30 + 17 * slot, [prompt[slot]]) for slot in range(others)] + [(TARGET_SLOT, len(prompt) - 1, prompt[-1:])]
+                top = harness.run(rows)[others].topk(2)
+                out[others] = (int(top.indices[0]), float(top.values[0] - top.values[1]))
+    finally:
+        torch.set_num_threads(previous)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_near_tie_flips_with_the_batch_only_without_padding(threads):
+    off, on = near_tie_tokens(1, threads), near_tie_tokens(ROW_TILE, threads)
+    assert max(margin for _, margin in on.values()) < 1e-5, f"not a near-tie: {on}"
+    assert len({token for token, _ in off.values()}) > 1, f"padding off: the greedy token never flipped with the batch: {off}"
+    assert len({token for token, _ in on.values()}) == 1, f"padding on: the greedy token moved with the batch: {on}"

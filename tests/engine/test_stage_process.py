@@ -2,6 +2,7 @@
 a dead stage is an error and not a hang, and nothing is left running after close()."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
@@ -11,6 +12,7 @@ import torch
 from strata_engine import SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.engine import Engine
+from strata_engine.model.rows import Rows
 from strata_engine.model.weights import load_model
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 from strata_engine.runtime.stage_process import ProcessPipeline, StageError, StageProcessError, _from_wire, _to_wire
@@ -143,7 +145,7 @@ def test_engine_tokens_equal_solo_and_threads_and_errors_are_contained(monkeypat
         def poisoned(request, start, end):
             part = read_part(request, start, end)
             if request.prompt_ids == poison:
-                part.slots = torch.tensor([99])
+                part.rows = Rows(tuple(dataclasses.replace(row, slot=99) for row in part.rows.rows), part.rows.padded)
             return part
 
         monkeypatch.setattr(engine.executor, "_read_part", poisoned)
