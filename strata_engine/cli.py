@@ -152,7 +152,7 @@ def generate(prompt: str, max_tokens: int, temperature: float, top_p: float, top
              stop: tuple[str, ...], ignore_eos: bool, prompt_ids: bool, show_ids: bool, **options: Any) -> None:
     """Generate from PROMPT ('-' reads stdin) and stream the text to stdout; timing goes to stderr."""
     from .errors import RequestError
-from .params import SamplingParams
+    from .params import SamplingParams
 
     config = engine_config(options)
     text = sys.stdin.read() if prompt == "-" else prompt
