@@ -3,7 +3,10 @@
 `plan_stages` turns `--split L` / `--devices a,b` into stage plans; `split_layers` moves each stage's
 layers (and embed / final norm + head) to its device. A `Pipeline` runs one worker thread per stage:
 micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 can work on one
-micro-batch while stage 1 works on the previous one. Only the last stage produces logits.
+micro-batch while stage 1 works on the previous one. Only the last stage produces logits. A part is
+ragged (`Part.ragged`: prompt chunks and decode rows in one forward); each stage runs it through
+`stage_forward`, padded to `row_tile` rows, and `Pipeline.batch_invariant` says whether that makes a
+row's logits bitwise independent of the rows beside it here (runtime/invariance.py).
 """
 from __future__ import annotations
 
