@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
-from strata_engine.runtime.invariance import ROW_TILE, apply_row_tile  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
-ARMS = {"ours": ROW_TILE, "ours_padding_off": 1}  # name -> row tile (1 = batch invariance off)
 
 
 def seconds(fn) -> float:
@@ -115,6 +114,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     model, config = load_model(args.model)
+    arms = {"ours": row_tile_for(config), "ours_padding_off": 1}  # name -> row tile (1 = batch invariance off)
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
     rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(4)]
@@ -129,23 +129,23 @@ def main() -> None:
 
     with torch.inference_mode():
         a, b = torch.randn(args.matmul_size, args.matmul_size), torch.randn(args.matmul_size, args.matmul_size)
-        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, ROW_TILE)  # warm-up
+        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, arms['ours'])  # warm-up
         hf_generate_seconds(hf, [prompt], 1)
         for _ in range(args.repeats):
             record("matmul", seconds(lambda: torch.mm(a, b)))
-            for arm, tile in ARMS.items():
+            for arm, tile in arms.items():
                 record(f"{arm}_prefill", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
             record("hf_prefill", hf_generate_seconds(hf, [prompt], 1))
             for batch in (1, 4):
-                for arm, tile in ARMS.items():
+                for arm, tile in arms.items():
                     record(f"{arm}_decode_b{batch}", ours_decode(model, config, rows[:batch], args.decode_steps, tile))
                 one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
                 record(f"hf_decode_b{batch}", full - one)
     best = {name: min(values) for name, values in samples.items()}
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
     r["matmul_gflops"] = 2 * args.matmul_size**3 / best["matmul"] / 1e9
-    r["row_tile"] = ROW_TILE
-    for arm in ARMS:
+    r["row_tile"] = arms["ours"]
+    for arm in arms:
         r[f"{arm}_prefill_tok_s"] = len(prompt) / best[f"{arm}_prefill"]
         for batch in (1, 4):
             r[f"{arm}_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"{arm}_decode_b{batch}"]

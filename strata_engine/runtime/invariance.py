@@ -5,14 +5,14 @@ Contract: with `row_tile` > 1 every GEMM of a stage runs on a row count rounded 
 `invariance_holds` says whether that makes logits bitwise batch invariant on this machine: CPU, float32,
 and a start-up probe of the model's own GEMM shapes at the stage's thread count passes.
 
-Why 32: measured with torch 2.13 + MKL 2024.2 on AVX-512 (see docs/MODEL.md): a linear layer's output
+Why 16 or 32: measured with torch 2.13 + MKL 2024.2 on AVX-512 (see docs/MODEL.md): a linear layer's output
 row is bitwise the same for every row count M >= 16 and any position of the row, at 1, 2, 3, 4 and 8
 threads, for inner sizes K <= 512; below that MKL takes small-matrix paths whose rounding differs
 (M <= K/25 at one thread, and some remainders at two). Per-row reductions (RMSNorm, softmax) give equal
 rows for any M, but elementwise transcendental ops (sigmoid, silu, exp, cos) run 32 floats per vector
 step and the tail through a scalar path that rounds differently: qwen2_moe's shared-expert gate sigmoid
-over [M, 1] moved with M = 16 against 32. Rows padded to a multiple of 32 keep every such op on the
-vector path for any row width. CUDA GEMMs pick split-K and tile shapes by problem
+over [M, 1] moved with M = 16 against 32. Rows padded to a multiple of 16 keep an op on the vector path
+when its row width is even (16 x even = whole steps); a model with an odd width needs 32. CUDA GEMMs pick split-K and tile shapes by problem
 size, so no padding makes them invariant there; that needs fixed-tile kernels (see docs/MODEL.md).
 """
 from __future__ import annotations
@@ -21,13 +21,23 @@ import torch
 
 from ..model.transformer import MoE
 
-ROW_TILE = 32
+GEMM_ROW_TILE = 16  # every M >= 16 gave the same rows
+ODD_WIDTH_ROW_TILE = 32  # one vector step of floats: an op over [M, odd width] needs M a multiple of it
 MAX_PROBED_INNER = 512  # larger K took split paths at 2 threads (M up to 128 differed at K=1024)
 
 
-def default_row_tile(device: str, dtype: torch.dtype) -> int:
+def row_tile_for(config) -> int:
+    """16, or 32 when a transcendental elementwise op runs over an odd row width: qwen2_moe's sigmoid
+    shared-expert gate over [M, 1], silu over an odd expert width, rotary cos/sin over an odd head_dim/2."""
+    widths = [config.head_dim // 2, config.intermediate_size, config.moe_intermediate_size or 2]
+    if config.shared_expert_intermediate_size:
+        widths += [1, config.shared_expert_intermediate_size]
+    return ODD_WIDTH_ROW_TILE if any(width % 2 for width in widths) else GEMM_ROW_TILE
+
+
+def default_row_tile(config, device: str, dtype: torch.dtype) -> int:
     """Padding is on by default where it can make logits invariant: CPU in float32."""
-    return ROW_TILE if device.startswith("cpu") and dtype == torch.float32 else 1
+    return row_tile_for(config) if device.startswith("cpu") and dtype == torch.float32 else 1
 
 
 def padded_rows(rows: int, row_tile: int) -> int:

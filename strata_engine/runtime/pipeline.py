@@ -132,9 +132,9 @@ class Pipeline:
 
     def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
                  dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None):
-        """row_tile: pad every GEMM's rows to a multiple of it (None: 16 on CPU in float32, else 1)."""
+        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1)."""
         self.stages = list(stages)
-        self.row_tile = default_row_tile(stages[0].device, dtype) if row_tile is None else row_tile
+        self.row_tile = default_row_tile(model.config, stages[0].device, dtype) if row_tile is None else row_tile
         self.threads = threads
         apply_row_tile(model, self.row_tile)
         devices = {plan.device for plan in stages}

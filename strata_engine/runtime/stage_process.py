@@ -51,7 +51,7 @@ class StageSpec:
     threads: int | None
     is_first: bool
     is_last: bool
-    row_tile: int = 1  # batch invariance: GEMM rows padded to a multiple of it (runtime/invariance.py)
+    row_tile: int | None = None  # batch invariance: rows padded to a multiple of it (None: the model's default)
 
 
 # -- the wire: numpy arrays in a plain pickle (torch's own reductions would go through shared memory) --
@@ -110,15 +110,16 @@ def _build(spec: StageSpec):
         model.embed_tokens = None
     if not spec.is_last:
         model.norm = model.lm_head = None
-    apply_row_tile(model, spec.row_tile)
+    row_tile = default_row_tile(config, device, dtype) if spec.row_tile is None else spec.row_tile
+    apply_row_tile(model, row_tile)
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
-    return model, cache
+    return model, cache, row_tile
 
 
-def _run_part(spec: StageSpec, model, cache, wire: tuple) -> tuple:
+def _run_part(spec: StageSpec, model, cache, row_tile: int, wire: tuple) -> tuple:
     tokens_w, positions_w, rows, want_logits, hidden_w = wire
     part = Part(_from_wire(tokens_w), _from_wire(positions_w), rows, want_logits, _from_wire(hidden_w))
-    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.plan.device)
+    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, row_tile, spec.plan.device)
     if spec.is_last:  # the parent needs the logits only
         return (_to_wire(part.logits),)
     return (tokens_w, positions_w, rows, want_logits, _to_wire(part.hidden))
@@ -129,8 +130,8 @@ def stage_main(spec: StageSpec, inbox, outbox, control) -> None:
     try:
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        model, cache = _build(spec)
-        invariant = invariance_holds(model.config, spec.plan.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
+        model, cache, row_tile = _build(spec)
+        invariant = invariance_holds(model.config, spec.plan.device, getattr(torch, spec.dtype), row_tile, spec.threads)
     except BaseException as exc:
         control.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         return
@@ -151,7 +152,7 @@ def stage_main(spec: StageSpec, inbox, outbox, control) -> None:
             t0 = time.perf_counter()
             if error is None:
                 try:
-                    parts = [_run_part(spec, model, cache, part) for part in parts]
+                    parts = [_run_part(spec, model, cache, row_tile, part) for part in parts]
                 except BaseException as exc:  # one micro-batch fails, the stage keeps serving
                     error = _portable(exc, spec.plan.index)
             stage_ms.append((time.perf_counter() - t0) * 1000.0)
@@ -171,7 +172,7 @@ class ProcessPipeline:
         self.stages = list(stages)
         if not self.stages:
             raise ValueError("a pipeline needs at least one stage")
-        self.row_tile = default_row_tile(self.stages[0].device, dtype) if row_tile is None else row_tile
+        self.row_tile = row_tile  # None: each stage takes its model's default (runtime/invariance.py)
         self.threads = threads
         self.batch_invariant = True  # until a stage's own probe says otherwise (_await_ready)
         if start_method not in ("forkserver", "spawn"):  # fork after torch made its threads is unsafe

@@ -10,7 +10,7 @@ import torch
 
 from helpers import ARCHITECTURES
 from strata_engine.model import load_model
-from strata_engine.runtime.invariance import ROW_TILE, apply_row_tile, invariance_holds
+from strata_engine.runtime.invariance import apply_row_tile, invariance_holds, row_tile_for
 from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
@@ -86,8 +86,9 @@ def _load(name, hf_checkpoint):
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_bitwise_equal_alone_and_batched(name, threads, hf_checkpoint):
     model = _load(name, hf_checkpoint)
-    differing = compare(model, ROW_TILE, threads)
-    assert not differing, f"{name}, {threads} thread(s), row tile {ROW_TILE}: logits differ:\n" + "\n".join(differing)
+    tile = row_tile_for(model.config)
+    differing = compare(model, tile, threads)
+    assert not differing, f"{name}, {threads} thread(s), row tile {tile}: logits differ:\n" + "\n".join(differing)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -100,11 +101,14 @@ def test_without_padding_logits_move_with_the_batch(threads, hf_checkpoint):
 def test_claim_only_where_it_holds(hf_checkpoint):
     model = _load("strata-tiny-moe", hf_checkpoint)
     config = model.config
-    assert invariance_holds(config, "cpu", torch.float32, ROW_TILE, 1)
-    assert invariance_holds(config, "cpu", torch.float32, ROW_TILE, 2)
+    tile = row_tile_for(config)
+    assert tile == 16, "no odd elementwise width in strata-tiny-moe: 16 rows suffice"
+    assert row_tile_for(_load("qwen2_moe", hf_checkpoint).config) == 32, "the shared-expert gate is a sigmoid over [M, 1]"
+    assert invariance_holds(config, "cpu", torch.float32, tile, 1)
+    assert invariance_holds(config, "cpu", torch.float32, tile, 2)
     assert not invariance_holds(config, "cpu", torch.float32, 1, 1), "padding off"
-    assert not invariance_holds(config, "cpu", torch.bfloat16, ROW_TILE, 1), "bf16 CPU GEMMs not measured"
-    assert not invariance_holds(config, "cuda:0", torch.float32, ROW_TILE, 1), "CUDA GEMMs are not row invariant"
+    assert not invariance_holds(config, "cpu", torch.bfloat16, tile, 1), "bf16 CPU GEMMs not measured"
+    assert not invariance_holds(config, "cuda:0", torch.float32, tile, 1), "CUDA GEMMs are not row invariant"
 
 
 NEAR_TIE = Path(__file__).parent / "data" / "near_tie_prompt.py.txt"
@@ -133,7 +137,7 @@ def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_near_tie_flips_with_the_batch_only_without_padding(threads):
-    off, on = near_tie_tokens(1, threads), near_tie_tokens(ROW_TILE, threads)
+    off, on = near_tie_tokens(1, threads), near_tie_tokens(16, threads)
     assert max(margin for _, margin in on.values()) < 1e-5, f"not a near-tie: {on}"
     assert len({token for token, _ in off.values()}) > 1, f"padding off: the greedy token never flipped with the batch: {off}"
     assert len({token for token, _ in on.values()}) == 1, f"padding on: the greedy token moved with the batch: {on}"
