@@ -2,8 +2,10 @@
 """Speed of our model forward against transformers on the same weights, and against the machine's matmul rate.
 
 Measures, for the default model (or --model): prefill tokens/s (a --prompt-tokens prompt read in chunks of
---chunk), decode tokens/s at batch 1 and batch 4 (greedy, KV cache), the same through transformers'
-`generate` on the same HF directory, and our prefill FLOP rate as a share of a large fp32 torch.mm.
+--chunk), decode tokens/s at batch 1 and batch 4 (greedy, KV cache), each through the engine's stage
+forward with batch invariance on (rows padded to the row tile, the default) and off (no padding), the
+same through transformers' `generate` on the same HF directory, and our prefill FLOP rate as a share of a
+large fp32 torch.mm.
 Writes the raw numbers as JSON first (--out), then prints the table and the target ratios:
 prefill >= transformers', batch-4 decode >= 2x transformers' per-token rate, prefill >= 50% of matmul.
 
@@ -26,6 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
+from strata_engine.runtime.pipeline import Part  # noqa: E402
+from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
+
 
 
 def seconds(fn) -> float:
@@ -57,24 +63,30 @@ def prefill_flops(c: ModelConfig, tokens: int) -> float:
     return 2 * per_token * tokens + attention
 
 
-def ours_prefill(model, config, prompt: list[int], chunk: int) -> None:
+def step(model, kv: KVCache, rows, row_tile: int) -> torch.Tensor:
+    """One micro-batch as a one-stage engine runs it: rows (slot, first position, ids) -> logits [rows, V]."""
+    part = Part.ragged(rows, want_logits=True)
+    stage_forward(model, range(model.config.num_layers), kv, part, True, True, row_tile, "cpu")
+    return part.logits
+
+
+def ours_prefill(model, config, prompt: list[int], chunk: int, row_tile: int) -> None:
+    apply_row_tile(model, row_tile)
     kv = KVCache(config, num_slots=1, ctx=len(prompt))
     for start in range(0, len(prompt), chunk):
-        ids = prompt[start : start + chunk]
-        model(torch.tensor([ids]), torch.arange(start, start + len(ids))[None], kv, torch.tensor([0]))
+        step(model, kv, [(0, start, prompt[start : start + chunk])], row_tile)
 
 
-def ours_decode(model, config, prompts: list[list[int]], steps: int) -> float:
+def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int) -> float:
     """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds."""
+    apply_row_tile(model, row_tile)
     batch, length = len(prompts), len(prompts[0])
     kv = KVCache(config, num_slots=batch, ctx=length + steps + 1)
-    slots = torch.arange(batch)
-    logits = model(torch.tensor(prompts), torch.arange(length).expand(batch, length), kv, slots)
-    tokens = logits[:, -1].argmax(-1, keepdim=True)
+    tokens = [int(step(model, kv, [(slot, 0, ids)], row_tile)[0].argmax()) for slot, ids in enumerate(prompts)]
     start = time.perf_counter()
-    for step in range(steps):
-        positions = torch.full((batch, 1), length + step)
-        tokens = model(tokens, positions, kv, slots)[:, -1].argmax(-1, keepdim=True)
+    for position in range(length, length + steps):
+        logits = step(model, kv, [(slot, position, [token]) for slot, token in enumerate(tokens)], row_tile)
+        tokens = logits.argmax(-1).tolist()
     return time.perf_counter() - start
 
 
@@ -102,6 +114,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     model, config = load_model(args.model)
+    arms = {"ours": row_tile_for(config), "ours_padding_off": 1}  # name -> row tile (1 = batch invariance off)
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
     rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(4)]
@@ -116,24 +129,29 @@ def main() -> None:
 
     with torch.inference_mode():
         a, b = torch.randn(args.matmul_size, args.matmul_size), torch.randn(args.matmul_size, args.matmul_size)
-        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk)  # warm-up
+        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, arms['ours'])  # warm-up
         hf_generate_seconds(hf, [prompt], 1)
         for _ in range(args.repeats):
             record("matmul", seconds(lambda: torch.mm(a, b)))
-            record("ours_prefill", seconds(lambda: ours_prefill(model, config, prompt, args.chunk)))
+            for arm, tile in arms.items():
+                record(f"{arm}_prefill", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
             record("hf_prefill", hf_generate_seconds(hf, [prompt], 1))
             for batch in (1, 4):
-                record(f"ours_decode_b{batch}", ours_decode(model, config, rows[:batch], args.decode_steps))
+                for arm, tile in arms.items():
+                    record(f"{arm}_decode_b{batch}", ours_decode(model, config, rows[:batch], args.decode_steps, tile))
                 one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
                 record(f"hf_decode_b{batch}", full - one)
     best = {name: min(values) for name, values in samples.items()}
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
     r["matmul_gflops"] = 2 * args.matmul_size**3 / best["matmul"] / 1e9
-    r["ours_prefill_tok_s"] = len(prompt) / best["ours_prefill"]
+    r["row_tile"] = arms["ours"]
+    for arm in arms:
+        r[f"{arm}_prefill_tok_s"] = len(prompt) / best[f"{arm}_prefill"]
+        for batch in (1, 4):
+            r[f"{arm}_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"{arm}_decode_b{batch}"]
     r["ours_prefill_gflops"] = prefill_flops(config, len(prompt)) / best["ours_prefill"] / 1e9
     r["hf_prefill_tok_s"] = len(prompt) / best["hf_prefill"]
     for batch in (1, 4):
-        r[f"ours_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"ours_decode_b{batch}"]
         r[f"hf_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"hf_decode_b{batch}"]
     r["ratio_prefill_vs_hf"] = r["ours_prefill_tok_s"] / r["hf_prefill_tok_s"]
     r["ratio_decode_b4_vs_hf"] = r["ours_decode_b4_tok_s"] / r["hf_decode_b4_tok_s"]
@@ -146,12 +164,15 @@ def main() -> None:
 def render(r: dict, args) -> str:
     lines = [
         f"model {r['model']}, {r['threads']} threads, torch {r['torch']}, best of {args.repeats} alternating repeats; raw numbers in {args.out}", "",
-        "| measure | strata | transformers | ratio | target |", "|---|---:|---:|---:|---|",
-        f"| prefill tok/s ({args.prompt_tokens} tokens, chunks of {args.chunk}) | {r['ours_prefill_tok_s']:.0f} | {r['hf_prefill_tok_s']:.0f} "
-        f"| {r['ratio_prefill_vs_hf']:.2f} | >= 1 |",
-        f"| decode tok/s, batch 1 | {r['ours_decode_b1_tok_s']:.0f} | {r['hf_decode_b1_tok_s']:.0f} | {r['ours_decode_b1_tok_s'] / r['hf_decode_b1_tok_s']:.2f} | |",
-        f"| decode tok/s, batch 4 | {r['ours_decode_b4_tok_s']:.0f} | {r['hf_decode_b4_tok_s']:.0f} | {r['ratio_decode_b4_vs_hf']:.2f} | >= 2 |",
-        f"| prefill GFLOP/s vs fp32 mm {args.matmul_size}^3 ({r['matmul_gflops']:.1f} GFLOP/s) | {r['ours_prefill_gflops']:.1f} | | "
+        f"| measure | strata (invariant, rows padded to {r['row_tile']}) | strata (padding off) | transformers | ratio (invariant / transformers) | target |",
+        "|---|---:|---:|---:|---:|---|",
+        f"| prefill tok/s ({args.prompt_tokens} tokens, chunks of {args.chunk}) | {r['ours_prefill_tok_s']:.0f} | {r['ours_padding_off_prefill_tok_s']:.0f} "
+        f"| {r['hf_prefill_tok_s']:.0f} | {r['ratio_prefill_vs_hf']:.2f} | >= 1 |",
+        f"| decode tok/s, batch 1 | {r['ours_decode_b1_tok_s']:.0f} | {r['ours_padding_off_decode_b1_tok_s']:.0f} | {r['hf_decode_b1_tok_s']:.0f} "
+        f"| {r['ours_decode_b1_tok_s'] / r['hf_decode_b1_tok_s']:.2f} | |",
+        f"| decode tok/s, batch 4 | {r['ours_decode_b4_tok_s']:.0f} | {r['ours_padding_off_decode_b4_tok_s']:.0f} | {r['hf_decode_b4_tok_s']:.0f} "
+        f"| {r['ratio_decode_b4_vs_hf']:.2f} | >= 2 |",
+        f"| prefill GFLOP/s vs fp32 mm {args.matmul_size}^3 ({r['matmul_gflops']:.1f} GFLOP/s) | {r['ours_prefill_gflops']:.1f} | | | "
         f"{r['ratio_prefill_vs_matmul']:.2f} | >= 0.5 |",
     ]
     return "\n".join(lines)

@@ -99,12 +99,14 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config):
     from .runtime.dist_pipeline import DistPipeline
     from .runtime.dist_ranks import JoinedRanks, LocalRanks
+    from .runtime.invariance import default_row_tile
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token.
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
-                        max_tokens=sched.prefill_chunk + sched.batch)
+                        max_tokens=sched.prefill_chunk + sched.batch,
+                        row_tile=default_row_tile(model_config, stages[0].device, dtype))
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

@@ -255,7 +255,7 @@ class Engine:
             "decode_min_ms": sc.decode_min_ms, "decode_max_ms": sc.decode_max_ms, "read_mix": sc.read_mix,
             "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
             "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,
-            "batch_invariant": False, "split": self.config.split, "devices": list(self.config.devices),
+            "batch_invariant": bool(getattr(self.executor, "batch_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),
             "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
         }
 

@@ -28,6 +28,11 @@ class TorchExecutor:
     def num_stages(self) -> int:
         return self.pipeline.num_stages
 
+    @property
+    def batch_invariant(self) -> bool:
+        """A row's logits are bitwise independent of the rows beside it (runtime/invariance.py)."""
+        return bool(getattr(self.pipeline, "batch_invariant", False))
+
     def prepare_slot(self, slot: int) -> None:
         # Attention reads only positions this request wrote (0..its position), so stale KV is never seen.
         pass
@@ -36,10 +41,12 @@ class TorchExecutor:
         pass
 
     # -- reads ---------------------------------------------------------------------------------
+    @staticmethod
+    def _chunk_row(request: Request, start: int, end: int) -> tuple[int, int, list[int]]:
+        return (request.slot, start, list(request.prompt_ids[start:end]))
+
     def _read_part(self, request: Request, start: int, end: int) -> Part:
-        ids = torch.tensor([request.prompt_ids[start:end]], dtype=torch.long)
-        positions = torch.arange(start, end, dtype=torch.long)[None, :]
-        return Part(ids, positions, torch.tensor([request.slot]), want_logits=end == request.prompt_tokens)
+        return Part.ragged([self._chunk_row(request, start, end)], want_logits=end == request.prompt_tokens)
 
     def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
              should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
@@ -76,10 +83,11 @@ class TorchExecutor:
 
     # -- decode --------------------------------------------------------------------------------
     @staticmethod
-    def _decode_part(rows: list[Request]) -> Part:
-        tokens = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long)
-        positions = torch.tensor([[r.next_position] for r in rows], dtype=torch.long)
-        return Part(tokens, positions, torch.tensor([r.slot for r in rows]), want_logits=True)
+    def _decode_rows(rows: list[Request]) -> list[tuple[int, int, list[int]]]:
+        return [(r.slot, r.next_position, [r.output_ids[-1]]) for r in rows]
+
+    def _decode_part(self, rows: list[Request]) -> Part:
+        return Part.ragged(self._decode_rows(rows), want_logits=True)
 
     @staticmethod
     def _live(group: Sequence[Request]) -> list[Request]:
@@ -132,8 +140,9 @@ class TorchExecutor:
 
     # -- mixed read ---------------------------------------------------------------------------
     def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None) -> MixedResult:
-        """Each micro-batch carries one read chunk plus the decode tokens of one group, so decoding
-        slots advance every micro-batch and nothing drains until the run's end. should_stop is asked
+        """Each micro-batch carries one read chunk plus the decode tokens of one group as one ragged
+        forward (the decode rows share the chunk's GEMMs), so decoding slots advance every micro-batch
+        and nothing drains until the run's end. should_stop is asked
         before each chunk after the first; True ends the run there (the chunks in flight finish).
         Which group rides is `read_policy.choose_rider`'s choice (with max_gap_ms: only one that is due)."""
         t0 = self.clock()
@@ -153,7 +162,7 @@ class TorchExecutor:
         def submit_next() -> None:
             nonlocal next_group, seq
             start, end = pending.pop(0)
-            parts = [self._read_part(request, start, end)]
+            final = end == request.prompt_tokens
             rows: list[Request] = []
             gi = None
             now = (self.clock() - t0) * 1000.0
@@ -164,16 +173,16 @@ class TorchExecutor:
                 gi = live[pick]
                 rows = self._live(groups[gi])
                 busy.add(gi)
-                parts.append(self._decode_part(rows))
+            part = Part.ragged([self._chunk_row(request, start, end)] + self._decode_rows(rows), want_logits=final or bool(rows))
             submitted_at[seq] = self.clock()
-            self.pipeline.submit(MicroBatch(parts, tag=(seq, gi, rows)))
+            self.pipeline.submit(MicroBatch([part], tag=(seq, gi, rows, final)))
             seq += 1
 
         for _ in range(min(self.num_stages, len(pending))):
             submit_next()
         while self.pipeline.in_flight:
             mb = self.pipeline.get()
-            index, gi, rows = mb.tag
+            index, gi, rows, final = mb.tag
             chunk_ms.append((self.clock() - submitted_at.pop(index)) * 1000.0)
             completions.append((self.clock() - t0) * 1000.0)
             if mb.error is not None:
@@ -182,8 +191,8 @@ class TorchExecutor:
             if gi is not None:
                 busy.discard(gi)
                 last_token[gi] = completions[-1]
-                decode_tokens += self._deliver(rows, mb.parts[1].logits, on_token)
-            if mb.parts[0].logits is not None:
+                decode_tokens += self._deliver(rows, mb.parts[0].logits[1:], on_token)  # row 0 is the chunk
+            if final:
                 first = request.payload.sampler.sample(mb.parts[0].logits[0])
                 on_token(request, first)
             if pending and should_stop is not None and should_stop():

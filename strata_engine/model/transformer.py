@@ -2,10 +2,12 @@
 
 Contract: `Transformer.forward(tokens [B,T], positions [B,T], kv, slots [B]) -> logits [B,T,V] float32`
 equals `head(layers(embed(tokens)))`; row b is slot `slots[b]`, its tokens sit at `positions[b, :]`.
-Each `Block` takes its own `LayerKV`, writes this call's keys/values at (slot, position) and lets every
-query at position p attend to its slot's positions 0..p. Rows never see each other: attention runs per
-row over that row's own prefix, and MoE routing and the expert sums are per token in a fixed expert
-order, so a row's tokens do not depend on which other rows share the call or on the prompt chunking.
+Inside, a call is ragged: tokens flattened to [N] and a host-side `Rows` layout, so one call can mix a
+prompt chunk with decode rows (`Block(h [N, D], positions [N], layer_kv, rows)`). Each `Block` writes the
+call's keys/values at (slot, position) and lets every query at position p attend to its slot's positions
+0..p. Rows never see each other: attention runs per row over that row's own prefix, and MoE routing and
+the expert sums are per token in a fixed expert order. Bitwise independence of the GEMMs from the row
+count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside.
 No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 from ..runtime.kv_cache import KVCache, LayerKV
 from .attention import attend_row
 from .config import ModelConfig
+from .rows import Rows
 
 
 class RMSNorm(nn.Module):
@@ -52,12 +55,12 @@ class Rotary(nn.Module):
         return self
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, T, 1, hd/2] (angles in float32, then the model dtype)."""
-        angles = positions[:, :, None, None].float() * self.inv_freq
+        """positions [N] -> cos, sin [N, 1, hd/2] (angles in float32, then the model dtype)."""
+        angles = positions[:, None, None].float() * self.inv_freq
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [B, T, heads, hd]; rotate the pairs (i, i + hd/2) as HF's rotate_half does
+        # x: [N, heads, hd]; rotate the pairs (i, i + hd/2) as HF's rotate_half does
         x1, x2 = x[..., : self.head_dim // 2], x[..., self.head_dim // 2 :]
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -77,41 +80,33 @@ class Attention(nn.Module):
         self.window = config.sliding_window  # None = full causal attention
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: [B, T, D] -> q [B, H, T, hd], k and v [B, Hkv, T, hd], rotary applied to q and k."""
-        batch, tokens, _ = x.shape
+        """x: [N, D] at positions [N] -> q [N, H, hd], k and v [N, Hkv, hd], rotary applied to q and k."""
         heads, qk_heads = self.num_heads, self.num_heads + self.num_kv_heads
-        qkv = self.qkv_proj(x).view(batch, tokens, qk_heads + self.num_kv_heads, self.head_dim)
-        qk, v = qkv[:, :, :qk_heads], qkv[:, :, qk_heads:]  # q and k heads side by side: norm and rotate them at once
+        qkv = self.qkv_proj(x).view(x.shape[0], qk_heads + self.num_kv_heads, self.head_dim)
+        qk, v = qkv[:, :qk_heads], qkv[:, qk_heads:]  # q and k heads side by side: norm and rotate them at once
         if self.q_norm is not None:  # qwen3: normalise each head before the rotation
             scale = torch.cat([self.q_norm.weight.expand(heads, -1), self.k_norm.weight.expand(self.num_kv_heads, -1)])
             qk = F.rms_norm(qk.float(), (self.head_dim,), eps=self.q_norm.eps).to(qk.dtype) * scale
-        cos, sin = self.rotary.angles(positions, qk.dtype)  # [B, T, 1, hd/2]
-        qk = self.rotary(qk, cos, sin).transpose(1, 2)  # [B, H + Hkv, T, hd]
-        return qk[:, :heads], qk[:, heads:], v.transpose(1, 2)
+        cos, sin = self.rotary.angles(positions, qk.dtype)  # [N, 1, hd/2]
+        qk = self.rotary(qk, cos, sin)  # [N, H + Hkv, hd]
+        return qk[:, :heads], qk[:, heads:], v
 
-    def output(self, o: torch.Tensor) -> torch.Tensor:
-        """o: [B, H, T, hd] -> [B, T, D]."""
-        batch, _, tokens, _ = o.shape
-        return self.o_proj(o.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim))
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: LayerKV, slots: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: LayerKV, rows: Rows) -> torch.Tensor:
+        """x: [N, D] -> [N, D]; padding tokens (flat index >= rows.real) attend to nothing and give zeros."""
         q, k, v = self.project(x, positions)
-        # One host sync per call: slot, first and last position (and whether the positions are consecutive)
-        # of each row decide which cached keys it reads and how.
-        columns = [slots, positions.min(dim=1).values, positions.max(dim=1).values]
-        tokens = positions.shape[1]
-        if tokens > 1:
-            steps = torch.arange(tokens, device=positions.device)
-            columns.append((positions == positions[:, :1] + steps).all(dim=1).to(slots.dtype))
-        rows = torch.stack(columns, dim=1).tolist()
-        kv.check([row[:3] for row in rows])
-        kv.write(slots, positions, k, v)
+        kv.check([[row.slot, row.first, row.last] for row in rows.rows])  # every row, before anything is written
         out = []
-        for b, (slot, _, last, *consecutive) in enumerate(rows):
-            keys, values = kv.k[slot : slot + 1, :, : last + 1], kv.v[slot : slot + 1, :, : last + 1]  # [1, Hkv, L, hd]
-            out.append(attend_row(q[b : b + 1], keys.to(q.dtype), values.to(q.dtype), positions[b], bool(consecutive and consecutive[0]),
-                                   self.window))
-        return self.output(torch.cat(out, dim=0) if len(out) > 1 else out[0])
+        for row in rows.rows:
+            span = slice(row.start, row.end)
+            kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
+            keys, values = kv.k[row.slot : row.slot + 1, :, : row.last + 1], kv.v[row.slot : row.slot + 1, :, : row.last + 1]  # [1, Hkv, L, hd]
+            o = attend_row(q[span].transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), positions[span], row.consecutive,
+                           self.window)
+            out.append(o[0].transpose(0, 1))  # [T, H, hd]
+        if rows.padded > rows.real:
+            out.append(q.new_zeros(rows.padded - rows.real, self.num_heads, self.head_dim))
+        o = torch.cat(out) if len(out) > 1 else out[0]  # [N, H, hd]
+        return self.o_proj(o.reshape(rows.padded, self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -141,6 +136,10 @@ class MoE(nn.Module):
         if config.shared_expert_intermediate_size:
             self.shared_expert = MLP(hidden, config.shared_expert_intermediate_size)
             self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+        # Each expert's GEMMs run on its tokens padded with zero rows to a multiple of row_tile, so that a
+        # token's expert output does not depend on how many other tokens chose that expert (CPU GEMMs
+        # round small row counts differently). 1 = no padding; the runtime sets it from outside.
+        self.row_tile = 1
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [N, D] -> router probabilities [N, E] (float32), top-k weights [N, k], top-k expert ids [N, k]."""
@@ -163,7 +162,8 @@ class MoE(nn.Module):
     # A few tokens (decode steps, tiny chunks) touch most experts anyway when experts/top_k is small: running
     # every expert on every token is one GEMM and one batched GEMM instead of a Python loop of ~10 ops per
     # expert. Unchosen experts weigh exactly 0, so the sum over experts adds the same terms as _routed.
-    EVERY_EXPERT_MAX_TOKENS = 16
+    # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path.
+    EVERY_EXPERT_MAX_TOKENS = 32
 
     def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape
@@ -185,11 +185,18 @@ class MoE(nn.Module):
             if count == 0:
                 continue
             tokens = tokens_of[start : start + count]
-            gate, up = F.linear(x[tokens], self.gate_up_proj[expert]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.down_proj[expert]) * weights_of[start : start + count, None]
+            rows = _pad_rows(x[tokens], self.row_tile)  # [count rounded up to row_tile, D]
+            gate, up = F.linear(rows, self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[expert])[:count] * weights_of[start : start + count, None]
             out.index_add_(0, tokens, y)
             start += count
         return out
+
+
+def _pad_rows(x: torch.Tensor, tile: int) -> torch.Tensor:
+    """x: [M, D] -> [M rounded up to a multiple of tile, D], zero rows appended."""
+    extra = -x.shape[0] % tile
+    return x if extra == 0 else torch.cat([x, x.new_zeros(extra, x.shape[1])])
 
 
 class Block(nn.Module):
@@ -201,15 +208,10 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MoE(config) if config.layer_is_moe(layer) else MLP(config.hidden_size, config.intermediate_size)
 
-    def feed_forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h: [B, T, D] -> h + mlp(norm(h)); the MLP sees tokens flattened to [B*T, D]."""
-        batch, tokens, dim = h.shape
-        return h + self.mlp(self.post_attention_layernorm(h).reshape(batch * tokens, dim)).view(batch, tokens, dim)
-
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, kv: LayerKV, slots: torch.Tensor) -> torch.Tensor:
-        # h: [B, T, D]; positions: [B, T]; slots: [B]
-        h = h + self.self_attn(self.input_layernorm(h), positions, kv, slots)
-        return self.feed_forward(h)
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, kv: LayerKV, rows: Rows) -> torch.Tensor:
+        # h: [N, D] flat tokens of every row (then padding); positions: [N]
+        h = h + self.self_attn(self.input_layernorm(h), positions, kv, rows)
+        return h + self.mlp(self.post_attention_layernorm(h))
 
 
 class Transformer(nn.Module):
@@ -228,17 +230,20 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [B, T] -> h [B, T, D]."""
+        """tokens: [N] (or any shape) -> h [N, D]."""
         return self.embed_tokens(tokens)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        """h: [B, T, D] -> logits [B, T, V] in float32."""
+        """h: [N, D] -> logits [N, V] in float32."""
         return self.lm_head(self.norm(h)).float()
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, kv: KVCache, slots: torch.Tensor) -> torch.Tensor:
         if tokens.shape != positions.shape or tokens.dim() != 2 or slots.shape != tokens.shape[:1]:
             raise ValueError(f"tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)} must be [B, T] and slots {tuple(slots.shape)} [B]")
-        h = self.embed(tokens)
+        batch, length = tokens.shape
+        rows = Rows.of(slots.tolist(), positions.tolist())  # the call's one host round trip
+        flat_positions = positions.reshape(-1)
+        h = self.embed(tokens.reshape(-1))  # [B*T, D]
         for i, layer in enumerate(self.layers):
-            h = layer(h, positions, kv[i], slots)
-        return self.head(h)
+            h = layer(h, flat_positions, kv[i], rows)
+        return self.head(h).view(batch, length, -1)

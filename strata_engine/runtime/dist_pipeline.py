@@ -24,6 +24,7 @@ import torch
 
 from .dist_stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
 from .dist_wire import HEADER, Kind, WirePart, decode, encode
+from .invariance import default_row_tile, padded_rows
 from .pipeline import MicroBatch, StagePlan
 
 
@@ -42,16 +43,23 @@ class _Pending:
 class DistPipeline:
     def __init__(self, ranks, stages: Sequence[StagePlan], model: str, num_slots: int, ctx: int, dtype: torch.dtype,
                  hidden_size: int, vocab_size: int, threads: int | None = None, timeout_s: float = 60.0,
-                 max_tokens: int | None = None, startup_timeout_s: float = 300.0):
+                 max_tokens: int | None = None, startup_timeout_s: float = 300.0, row_tile: int | None = None):
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
         self.max_tokens = max_tokens or ctx + num_slots  # token positions in one micro-batch, all parts
+        if row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
+            from ..model.weights import read_config, resolve_model_path
+
+            row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype)
+        self.row_tile = row_tile
         itemsize = torch.empty(0, dtype=dtype).element_size()
-        capacity = 65536 + 24 * self.max_tokens + max(self.max_tokens * hidden_size * itemsize,
-                                                       (num_slots + 1) * vocab_size * 4)
+        padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
+        capacity = 65536 + 32 * padded + max(padded * hidden_size * itemsize, (num_slots + 1) * vocab_size * 4)
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
-                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s) for p in self.stages]
+                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile)
+                      for p in self.stages]
+        self.batch_invariant = False  # until every stage rank's own probe says so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
         self.in_flight = 0
@@ -85,6 +93,7 @@ class DistPipeline:
         for rank, spec in enumerate(self.specs, start=1):
             group.send([encode(Kind.SPEC, rank, data=spec.to_json())], rank, CONTROL).wait()
         timeout = datetime.timedelta(seconds=self.startup_timeout_s)
+        invariant: list[bool] = []
         for rank in range(1, self.world_size):
             buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
             try:
@@ -95,6 +104,8 @@ class DistPipeline:
             frame = decode(buffer)
             if frame.kind != Kind.READY:
                 raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))
+            invariant.append(frame.data.decode().endswith("invariant 1"))
+        self.batch_invariant = all(invariant)
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]
@@ -117,7 +128,7 @@ class DistPipeline:
             mb.error = self._check(mb)
             if mb.error is not None:
                 return
-            parts = [WirePart(p.tokens, p.positions, p.slots, p.want_logits) for p in mb.parts]
+            parts = [WirePart.of(p) for p in mb.parts]
             try:
                 self._sender.send(encode(Kind.WORK, seq, parts))
             except RuntimeError as err:
@@ -130,7 +141,7 @@ class DistPipeline:
         if tokens > self.max_tokens:
             return ValueError(f"a micro-batch of {tokens} token positions exceeds the stage frames' {self.max_tokens}")
         for part in mb.parts:
-            for slot, first in zip(part.slots.tolist(), part.positions[:, 0].tolist()):
+            for slot, first in ((row.slot, row.first) for row in part.rows.rows):
                 if first == 0:
                     self._slot_epoch[slot] = self.epoch
                 elif self._slot_epoch.get(slot, self.epoch) != self.epoch:
@@ -233,12 +244,12 @@ class DistPipeline:
         """Bytes one decode micro-batch of `rows` rows puts on each link: head -> rank 1, rank i -> i+1, last -> head."""
         spec = self.specs[0]
         dtype = getattr(torch, spec.dtype)
-        ids = torch.zeros(rows, 1, dtype=torch.long)
+        ids, ones = torch.zeros(rows, dtype=torch.long), torch.ones(rows, dtype=torch.long)
 
         def frame(payload, times):
-            return encode(Kind.WORK, 0, [WirePart(ids, ids, ids[:, 0], True, payload)], [0] * times).numel()
+            return encode(Kind.WORK, 0, [WirePart(ids, ids, ids, ones, True, payload)], [0] * times).numel()
 
-        hidden = torch.zeros(rows, 1, self._hidden_size, dtype=dtype)
+        hidden = torch.zeros(padded_rows(rows, self.row_tile), self._hidden_size, dtype=dtype)
         logits = torch.zeros(rows, self._vocab_size)
         return [frame(None, 0)] + [frame(hidden, i + 1) for i in range(self.num_stages - 1)] + [frame(logits, self.num_stages)]
 

@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 
 from .dist_wire import Kind, WirePart, decode, encode, error_bytes
-from .pipeline import StagePlan
+from .invariance import apply_row_tile, invariance_holds
+from .pipeline import Part, StagePlan
+from .stage_forward import stage_forward
 
 DATA, CONTROL = 0, 1
 SPEC_BYTES = 1 << 16
@@ -46,6 +48,7 @@ class StageSpec:
     threads: int | None
     capacity: int  # bytes of the largest frame this rank receives
     timeout_s: float
+    row_tile: int = 1  # pad every GEMM's rows to a multiple of it (runtime/invariance.py)
 
     @property
     def plan(self) -> StagePlan:
@@ -95,20 +98,17 @@ def build_stage(spec: StageSpec):
     if not spec.is_last:
         model.norm = model.lm_head = None
     model.eval()
+    apply_row_tile(model, spec.row_tile)
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
     return model, cache
 
 
-def run_part(spec: StageSpec, model, cache, part: WirePart) -> WirePart:
-    device = spec.device
-    positions, slots = part.positions.to(device), part.slots.to(device)
-    h = model.embed(part.tokens.to(device)) if spec.is_first else part.payload.to(device)  # [B, T, D]
-    for i in range(spec.layer_start, spec.layer_end):
-        h = model.layers[i](h, positions, cache.layers[i], slots)
-    if spec.is_last:  # the head needs the logits only: [B, V] float32
-        logits = model.head(h[:, -1:, :])[:, 0, :].float() if part.want_logits else None
-        return WirePart(part.tokens, part.positions, part.slots, part.want_logits, logits)
-    return WirePart(part.tokens, part.positions, part.slots, part.want_logits, h)
+def run_part(spec: StageSpec, model, cache, wire: WirePart) -> WirePart:
+    """One ragged part through this rank's layers, by the same stage_forward as the thread stages."""
+    part = Part(wire.tokens, wire.positions, wire.layout(), wire.want_logits, hidden=wire.payload)
+    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device)
+    payload = part.logits if spec.is_last else part.hidden  # the head needs the logits only: [R, V] float32
+    return WirePart(wire.tokens, wire.positions, wire.slots, wire.lengths, wire.want_logits, payload)
 
 
 class _Sender:
@@ -143,10 +143,12 @@ def serve_stage(store, rank: int, world_size: int, model_override: str | None = 
         if spec.threads:
             torch.set_num_threads(spec.threads)
         model, cache = build_stage(spec)
+        invariant = invariance_holds(model.config, spec.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
     except Exception as exc:
         group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
         return 2
-    group.send([encode(Kind.READY, rank, data=f"pid {os.getpid()} device {spec.device}".encode())], 0, CONTROL).wait()
+    ready = f"pid {os.getpid()} device {spec.device} invariant {int(invariant)}"
+    group.send([encode(Kind.READY, rank, data=ready.encode())], 0, CONTROL).wait()
     with torch.inference_mode():
         return _serve(group, rank, world_size, spec, model, cache)
 

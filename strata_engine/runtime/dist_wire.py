@@ -3,10 +3,11 @@
 Contract: `encode(kind, seq, parts, ...)` -> a uint8 tensor; `decode(buffer)` reads it back from a receive
 buffer that may be larger than the frame (gloo lets a receive buffer exceed what was sent, so every
 receive can be posted before its size is known, and one message per hop suffices). Layout, all int64
-until the payload: a header of 8, 4 per part (rows, tokens per row, want_logits, payload rows), the
-stage times in µs, then per part its tokens, positions and slots, then the payload: each part's hidden
-states [B, T, D] (between stages) or its logits [B, V] float32 (last stage to head); a part's fourth
-field is its payload's rank (0 = none, 2 or 3). Control frames
+until the payload: a header of 8, 4 per part (rows, real tokens, want_logits, payload rows), the stage
+times in µs, then per part its flat tokens and positions [N], and its rows' slots and lengths [R] (a part
+is ragged: prompt chunks and decode rows back to back, runtime/pipeline.Part), then the payload: each
+part's hidden states [padded tokens, D] (between stages) or its logits [R, V] float32 (last stage to
+head); 0 payload rows = none. Control frames
 (ready, failed, fault, shutdown, spec) carry UTF-8 text or a pickled exception as their payload.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pickle
 from dataclasses import dataclass, field
 
 import torch
+
+from ..model.rows import Rows
 
 HEADER = 8
 PART_FIELDS = 4
@@ -35,13 +38,30 @@ class Kind(enum.IntEnum):
 
 @dataclass
 class WirePart:
-    """One part as it travels: tokens/positions [B, T] int64, slots [B] int64, payload hidden or logits."""
+    """One ragged part as it travels: tokens/positions [N] int64, the rows' slots and lengths [R] int64,
+    payload hidden [padded N, D] or logits [R, V]."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     slots: torch.Tensor
+    lengths: torch.Tensor
     want_logits: bool
-    payload: torch.Tensor | None = None  # [B, T, D] hidden or [B, V] logits
+    payload: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, part, payload: torch.Tensor | None = None) -> "WirePart":
+        """The wire form of a runtime/pipeline.Part (its layout as slots and row lengths)."""
+        rows = part.rows.rows
+        return cls(part.tokens, part.positions, torch.tensor([r.slot for r in rows], dtype=torch.long),
+                   torch.tensor([r.length for r in rows], dtype=torch.long), part.want_logits, payload)
+
+    def layout(self) -> Rows:
+        positions = self.positions.tolist()
+        rows, start = [], 0
+        for length in self.lengths.tolist():
+            rows.append(positions[start:start + length])
+            start += length
+        return Rows.of(self.slots.tolist(), rows)
 
 
 @dataclass
@@ -74,12 +94,12 @@ def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int]
         raise ValueError("every part's payload in a frame must have one dtype")
     meta: list[int] = []
     for p in parts:
-        rows, tokens = p.positions.shape
-        meta += [rows, tokens, int(p.want_logits), 0 if p.payload is None else p.payload.dim()]
+        meta += [p.slots.numel(), p.positions.numel(), int(p.want_logits), 0 if p.payload is None else p.payload.shape[0]]
     meta += list(stage_us)
     ints = [_ints(meta)] if meta else []
     for p in parts:
-        ints += [_flat_bytes(p.tokens, torch.int64), _flat_bytes(p.positions, torch.int64), _flat_bytes(p.slots, torch.int64)]
+        ints += [_flat_bytes(p.tokens, torch.int64), _flat_bytes(p.positions, torch.int64),
+                 _flat_bytes(p.slots, torch.int64), _flat_bytes(p.lengths, torch.int64)]
     body = [_flat_bytes(t, t.dtype) for t in payloads]
     if data:
         body.append(torch.frombuffer(bytearray(data), dtype=torch.uint8))
@@ -111,15 +131,12 @@ def decode(buffer: torch.Tensor, clone: bool = False) -> Frame:
 
     parts = []
     for rows, tokens, want, _ in shapes:
-        parts.append(WirePart(take(rows * tokens, torch.int64).view(rows, tokens),
-                              take(rows * tokens, torch.int64).view(rows, tokens),
+        parts.append(WirePart(take(tokens, torch.int64), take(tokens, torch.int64), take(rows, torch.int64),
                               take(rows, torch.int64), bool(want)))
     dtype = DTYPES[dtype_code]
-    for part, (rows, tokens, _, ndim) in zip(parts, shapes):
-        if ndim == 3:
-            part.payload = take(rows * tokens * width, dtype).view(rows, tokens, width)
-        elif ndim == 2:
-            part.payload = take(rows * width, dtype).view(rows, width)
+    for part, (_, _, _, payload_rows) in zip(parts, shapes):
+        if payload_rows:
+            part.payload = take(payload_rows * width, dtype).view(payload_rows, width)
     data = bytes(buffer[offset:offset + ndata].tolist()) if ndata else b""
     return Frame(Kind(kind), seq, parts, stage_us, data, nbytes)
 

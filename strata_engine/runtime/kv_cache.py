@@ -54,13 +54,11 @@ class LayerKV:
             if last >= self.ctx:
                 raise ContextOverflowError(slot, last, self.ctx)
 
-    def write(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k, v: [B, num_kv_heads, T, head_dim] for row b at slot slots[b], positions positions[b, :]."""
-        batch, _, tokens, _ = k.shape
-        rows = slots.view(batch, 1).expand(batch, tokens)
-        # Advanced indexing [rows, :, positions] puts the indexed dims first: value shape [B, T, H, hd].
-        self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
-        self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
+    def write_row(self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None) -> None:
+        """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]."""
+        at = slice(first, first + k.shape[0]) if positions is None else positions
+        self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)  # [Hkv, T, hd] either way (the slot is selected first)
+        self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
 
     def reset(self, slot: int) -> None:
         """Zero the slot. Correctness does not need it (attention reads only positions already written);

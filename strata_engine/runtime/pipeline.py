@@ -3,7 +3,10 @@
 `plan_stages` turns `--split L` / `--devices a,b` into stage plans; `split_layers` moves each stage's
 layers (and embed / final norm + head) to its device. A `Pipeline` runs one worker thread per stage:
 micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 can work on one
-micro-batch while stage 1 works on the previous one. Only the last stage produces logits.
+micro-batch while stage 1 works on the previous one. Only the last stage produces logits. A part is
+ragged (`Part.ragged`: prompt chunks and decode rows in one forward); each stage runs it through
+`stage_forward`, padded to `row_tile` rows, and `Pipeline.batch_invariant` says whether that makes a
+row's logits bitwise independent of the rows beside it here (runtime/invariance.py).
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from typing import Any, Sequence
 
 import torch
 
+from ..model.rows import Rows
+from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .kv_cache import KVCache
+from .stage_forward import stage_forward
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,29 @@ def split_layers(model: torch.nn.Module, stages: Sequence[StagePlan], dtype: tor
 
 @dataclass(eq=False)
 class Part:
-    """Rows that share a sequence length T: a prompt chunk (B=1) or a group's decode tokens (T=1)."""
+    """Ragged rows run as one forward: any mix of prompt chunks and decode rows, rows back to back."""
 
-    tokens: torch.Tensor  # [B, T] int64
-    positions: torch.Tensor  # [B, T] int64
-    slots: torch.Tensor  # [B] int64
-    want_logits: bool  # last stage computes logits of each row's last position
-    hidden: torch.Tensor | None = None  # [B, T, D] between stages
-    logits: torch.Tensor | None = None  # [B, V] float32 after the last stage
+    tokens: torch.Tensor  # [N] int64, the rows' tokens back to back
+    positions: torch.Tensor  # [N] int64
+    rows: Rows  # host-side: each row's slot, span in the flat tokens and positions
+    want_logits: bool  # last stage computes logits of each row's last token
+    hidden: torch.Tensor | None = None  # [N rounded up to the row tile, D] between stages
+    logits: torch.Tensor | None = None  # [rows, V] float32 after the last stage
+
+    @classmethod
+    def ragged(cls, rows: Sequence[tuple[int, int, Sequence[int]]], want_logits: bool) -> "Part":
+        """rows: (slot, first position, token ids) each; the tokens sit at consecutive positions."""
+        tokens = [t for _, _, ids in rows for t in ids]
+        positions = [[first + i for i in range(len(ids))] for _, first, ids in rows]
+        layout = Rows.of([slot for slot, _, _ in rows], positions)
+        return cls(torch.tensor(tokens, dtype=torch.long), torch.tensor([p for row in positions for p in row], dtype=torch.long),
+                   layout, want_logits)
+
+    @classmethod
+    def uniform(cls, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, want_logits: bool) -> "Part":
+        """tokens, positions: [B, T]; slots: [B] (rows of equal length)."""
+        layout = Rows.of(slots.tolist(), positions.tolist())
+        return cls(tokens.reshape(-1), positions.reshape(-1), layout, want_logits)
 
 
 @dataclass(eq=False)
@@ -81,11 +102,11 @@ class MicroBatch:
 
 class Stage(threading.Thread):
     def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
-                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None):
+                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int):
         super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
         self.plan, self.model, self.cache = plan, model, cache
         self.inbox, self.outbox = inbox, outbox
-        self.is_first, self.is_last, self.threads = is_first, is_last, threads
+        self.is_first, self.is_last, self.threads, self.row_tile = is_first, is_last, threads, row_tile
 
     def run(self) -> None:
         if self.threads:
@@ -106,34 +127,28 @@ class Stage(threading.Thread):
                 self.outbox.put(mb)
 
     def _run_part(self, part: Part) -> None:
-        device = self.plan.device
-        positions = part.positions.to(device)
-        slots = part.slots.to(device)
-        if self.is_first:
-            h = self.model.embed(part.tokens.to(device))  # [B, T, D]
-        else:
-            h = part.hidden.to(device)
-        for i in self.plan.layers:
-            h = self.model.layers[i](h, positions, self.cache.layers[i], slots)
-        if self.is_last:
-            part.hidden = None
-            part.logits = self.model.head(h[:, -1:, :])[:, 0, :].float() if part.want_logits else None
-        else:
-            part.hidden = h
+        stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device)
 
 
 class Pipeline:
     """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
     def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
-                 dtype: torch.dtype, threads: int | None = None):
+                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None):
+        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1)."""
         self.stages = list(stages)
+        self.row_tile = default_row_tile(model.config, stages[0].device, dtype) if row_tile is None else row_tile
+        self.threads = threads
+        apply_row_tile(model, self.row_tile)
+        devices = {plan.device for plan in stages}
+        # what /v1/engine claims: every stage pads, and the GEMM probe passes at the stages' thread count
+        self.batch_invariant = all(invariance_holds(model.config, d, dtype, self.row_tile, threads) for d in devices)
         config = model.config
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
         self._workers = [
-            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads)
+            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile)
             for i, (plan, cache) in enumerate(zip(stages, self.caches))
         ]
         for worker in self._workers:

@@ -27,13 +27,14 @@ STAGES = plan_stages(4, 2, (), "cpu")
 
 
 def prompt_part(slot: int = 0, length: int = 5, start: int = 0) -> Part:
-    return Part(torch.arange(1, length + 1)[None, :], torch.arange(start, start + length)[None, :], torch.tensor([slot]), True)
+    return Part.ragged([(slot, start, list(range(1, length + 1)))], want_logits=True)
 
 
 def test_frames_round_trip_every_field_and_dtype():
-    hidden = torch.randn(2, 3, 4).to(torch.bfloat16)
-    part = WirePart(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[0, 1, 2], [7, 8, 9]]), torch.tensor([[3, 0], [1, 0]])[:, 0], True, hidden)  # a strided slots view
-    bare = WirePart(torch.tensor([[9]]), torch.tensor([[4]]), torch.tensor([0]), False)
+    hidden = torch.randn(16, 4).to(torch.bfloat16)  # a ragged part's tokens, padded to a row tile
+    part = WirePart(torch.tensor([1, 2, 3, 4]), torch.tensor([0, 1, 2, 7]), torch.tensor([[3, 0], [1, 0]])[:, 0],
+                    torch.tensor([3, 1]), True, hidden)  # a chunk of 3 and a decode row; a strided slots view
+    bare = WirePart(torch.tensor([9]), torch.tensor([4]), torch.tensor([0]), torch.tensor([1]), False)
     buffer = torch.zeros(4096, dtype=torch.uint8)
     frame_bytes = encode(Kind.WORK, 41, [part, bare], stage_us=[17, 5])
     buffer[:frame_bytes.numel()] = frame_bytes
@@ -42,6 +43,7 @@ def test_frames_round_trip_every_field_and_dtype():
     got, got_bare = frame.parts
     assert torch.equal(got.tokens, part.tokens) and torch.equal(got.positions, part.positions)
     assert torch.equal(got.slots, part.slots) and got.want_logits and not got_bare.want_logits
+    assert [(r.slot, r.first, r.length) for r in got.layout().rows] == [(3, 0, 3), (1, 7, 1)]
     assert got.payload.dtype == torch.bfloat16 and torch.equal(got.payload, hidden) and got_bare.payload is None
     text = encode(Kind.FAULT, 2, data="rank 2 is gone".encode())
     assert decode(torch.cat([text, torch.zeros(100, dtype=torch.uint8)])).data == b"rank 2 is gone"
@@ -67,7 +69,7 @@ def test_logits_equal_the_thread_pipeline_bit_for_bit(pipelines):
     results = []
     for pipeline in pipelines:
         pipeline.submit(MicroBatch([prompt_part(slot=1, length=3), prompt_part(slot=2, length=1)], tag="read"))
-        pipeline.submit(MicroBatch([Part(torch.tensor([[7], [9]]), torch.tensor([[3], [1]]), torch.tensor([1, 2]), True)],
+        pipeline.submit(MicroBatch([Part.ragged([(1, 3, [7]), (2, 1, [9])], want_logits=True)],
                                    tag="decode"))
         assert pipeline.in_flight == 2
         results.append(pipeline.drain())

@@ -29,14 +29,15 @@ def test_stage_holds_only_its_layers():
         KVCache(CONFIG, num_slots=2, ctx=8, layers=[4])
 
 
-def test_write_places_tokens_at_slot_and_position():
+def test_write_row_places_tokens_at_slot_and_position():
     cache = KVCache(CONFIG, num_slots=3, ctx=8)
-    k = torch.arange(2 * 2 * 3 * 4, dtype=torch.float32).view(2, 2, 3, 4)  # [B=2, Hkv, T=3, hd]
+    k = torch.arange(2 * 3 * 2 * 4, dtype=torch.float32).view(2, 3, 2, 4)  # two rows of [T=3, Hkv, hd]
     layer = cache[1]
-    slots, positions = torch.tensor([2, 0]), torch.tensor([[4, 5, 6], [0, 1, 2]])
     layer.check([[2, 4, 6], [0, 0, 2]])
-    layer.write(slots, positions, k, -k)
-    assert torch.equal(layer.k[2, :, 4:7], k[0]) and torch.equal(layer.v[0, :, 0:3], -k[1])
+    layer.write_row(2, 4, k[0], -k[0])
+    layer.write_row(0, 0, k[1], -k[1], positions=torch.tensor([2, 0, 1]))  # out of order: the masked path's rows
+    assert torch.equal(layer.k[2, :, 4:7], k[0].transpose(0, 1)) and torch.equal(layer.v[2, :, 4:7], -k[0].transpose(0, 1))
+    assert torch.equal(layer.k[0, :, [2, 0, 1]], k[1].transpose(0, 1))
     assert layer.k[1].abs().sum() == 0 and layer.k[2, :, :4].abs().sum() == 0
 
 
