@@ -51,7 +51,10 @@ class DistPipeline:
         if row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
             from ..model.weights import read_config, resolve_model_path
 
-            row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype)
+            try:
+                row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype)
+            except (OSError, ValueError):  # the stage ranks load the model and say what is wrong with it
+                row_tile = 1
         self.row_tile = row_tile
         itemsize = torch.empty(0, dtype=dtype).element_size()
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile

@@ -125,7 +125,7 @@ def test_stage_workers_config():
         EngineConfig(stage_timeout_s=0)
     assert EngineConfig(stage_workers="dist").stage_workers_for() == "dist"
     assert EngineConfig(stage_workers="thread").stage_workers_for() == "thread"
-    assert EngineConfig().stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
+    assert EngineConfig(devices=("cuda:0", "cuda:1")).stage_workers_for() == "thread"
 
 
 @pytest.fixture(scope="module")
