@@ -96,7 +96,7 @@ def test_an_engine_that_dies_mid_run_exits_2_with_its_stderr(scenario):
 def test_an_engine_that_cannot_start_exits_2_with_its_stderr(scenario):
     out, _ = scenario("fail-start")
     assert out.returncode == 2
-    assert "exited with status 3 before it was ready" in out.stdout and "cannot load model weights" in out.stdout
+    assert "exited with status 3 before it was healthy" in out.stdout and "cannot load model weights" in out.stdout
 
 
 def test_determinism_fails_when_the_second_run_differs(scenario):
