@@ -84,7 +84,7 @@ class EngineClient:
         family = self.family
         result = Completion(name=name, request_id=request_id, max_tokens=max_tokens)
         return StreamTask(self.url, self.payload(prompt, max_tokens), result, path=family.endpoint, wire=family.wire,
-                          headers=family.headers(request_id))
+                          headers=family.headers(request_id), timeout=self.request_timeout)
 
     def complete(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int) -> Completion:
         """One completion, start to end, in this thread."""

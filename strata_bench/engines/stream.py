@@ -112,12 +112,13 @@ def _check_usage(result: StreamResult) -> None:
 
 
 class StreamTask:
-    """One streaming completion in its own thread and event loop; `cancel()` closes its stream."""
+    """One streaming completion in its own thread and event loop; `cancel()` closes its stream, and a
+    `timeout` ends one whose server sends nothing for that many seconds (an error)."""
 
     def __init__(self, url: str, body: dict[str, Any], result: StreamResult, *, path: str = "/v1/completions",
-                 wire: str = OPENAI_WIRE, headers: dict[str, str] | None = None):
+                 wire: str = OPENAI_WIRE, headers: dict[str, str] | None = None, timeout: float | None = None):
         self.url, self.body, self.result = url, body, result
-        self.path, self.wire, self.headers = path, wire, headers
+        self.path, self.wire, self.headers, self.timeout = path, wire, headers, timeout
         self.first_token = threading.Event()
         self.finished = threading.Event()
         self._lock = threading.Lock()
@@ -153,8 +154,29 @@ class StreamTask:
                 return
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.current_task()
-        await stream_completion(self.url, self.body, self.result, path=self.path, wire=self.wire,
-                                headers=self.headers, on_event=on_event)
+        streaming = asyncio.ensure_future(stream_completion(self.url, self.body, self.result, path=self.path,
+                                                            wire=self.wire, headers=self.headers, on_event=on_event))
+        try:
+            await self._watch(streaming)
+        finally:
+            if not streaming.done():
+                streaming.cancel()
+                await asyncio.gather(streaming, return_exceptions=True)
+
+    async def _watch(self, streaming: "asyncio.Future[StreamResult]") -> None:
+        """Wait for the stream; with a timeout, a stream silent (no event) that long is ended as an error."""
+        seen, quiet_since = -1, time.perf_counter()
+        while not streaming.done():
+            await asyncio.wait([streaming], timeout=min(1.0, self.timeout or 1.0))
+            if self.result.events != seen:
+                seen, quiet_since = self.result.events, time.perf_counter()
+            elif self.timeout is not None and time.perf_counter() - quiet_since > self.timeout:
+                streaming.cancel()
+                await asyncio.gather(streaming, return_exceptions=True)
+                self.result.error = f"the server sent nothing for {self.timeout:g} s"
+                self.result.ended_by, self.result.cancelled = "error", False
+                return
+        streaming.result()
 
     def cancel(self) -> None:
         with self._lock:

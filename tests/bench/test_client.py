@@ -117,3 +117,16 @@ def test_probe_plain_openai_server(synthetic):
     info, index = probe(url), next_index(url)
     assert info.prompt_mode == "text" and info.engine is None and info.ctx == 1_000_000 and index is None
     assert info.family_name == "openai"
+
+
+def test_stream_task_in_a_thread_cancels_and_ends_a_silent_stream(synthetic):
+    from strata_bench.engines.stream import StreamTask
+
+    url = synthetic("--itl-ms", "5", "--stall-after-tokens", "3", "--stall-s", "5")
+    silent = StreamTask(url, {"prompt": [1], "max_tokens": 10}, StreamResult("s"), timeout=1.0).run()
+    assert silent.ended_by == "error" and "sent nothing for 1 s" in silent.error and len(silent.times) == 3
+    task = StreamTask(url, {"prompt": [2], "max_tokens": 10}, StreamResult("c")).start()
+    assert task.first_token.wait(10)
+    task.cancel()
+    done = task.join(10)
+    assert task.finished.is_set() and done.cancelled and done.ended_by == "cancelled" and done.error is None
