@@ -82,3 +82,15 @@ def test_one_url_arm_measures_one_server(synthetic, tmp_path, tiny_scenario):
     r = bench("run", "--arm", f"solo=@{url}", "--scenarios", str(tiny_scenario), "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert any(line.startswith("| longest pause of a stream") for line in r.stdout.splitlines())
+
+
+def test_a_server_that_runs_streams_one_at_a_time_is_marked_serialised():
+    from strata_bench.driver import _serialised
+
+    def stream(name, times):
+        return StreamResult(name, role="stream", times=list(times))
+
+    queue = [stream("s0", [1.0, 1.1, 1.2]), stream("s1", [1.3, 1.4]), StreamResult("j", role="joiner", times=[1.25])]
+    assert _serialised(queue) and _serialised(queue)[0].startswith("serialised:")
+    assert _serialised([stream("s0", [1.0, 1.2, 1.4]), stream("s1", [1.1, 1.3])]) == []  # they overlap
+    assert _serialised([stream("s0", [1.0, 1.1])]) == []  # one stream proves nothing

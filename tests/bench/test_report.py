@@ -113,3 +113,14 @@ def test_value_formatting():
     assert fmt_value(12.2345, "s") == "12.2" and fmt_value(0.01234, "s") == "0.0123"
     assert fmt_value(12345.6, "ms") == "12346" and fmt_value(None, "s") == "—"
     assert fmt_value(289.0, "tok") == "289" and fmt_value(12.16, "s", 4) == "12.16"
+
+
+def test_joiner_labels_state_the_length_the_server_measured(tmp_path):
+    runs = [make_run("A", 0, 1.0), make_run("B", 0, 1.0)]
+    for run, measured in zip(runs, (100, 493)):  # B's server counted its text prompt in its own tokens
+        run["requests"][1]["measured_prompt_tokens"] = measured
+    md = render(build_report(make_dir(tmp_path, runs, repeat=1)), "md")
+    assert "| the big prompt (100-493 tokens as the server counted): TTFT" in md
+    same = [make_run("A", 0, 1.0)]
+    same[0]["requests"][1]["measured_prompt_tokens"] = 100  # as asked: the label keeps its own wording
+    assert "| the big prompt: TTFT" in render(build_report(make_dir(tmp_path / "same", same, repeat=1)), "md")
