@@ -106,8 +106,9 @@ def _read_during_decode(run: InterleaveRun) -> Step:
     # first piece leaves them out, so what is counted was decoded between pieces.
     first_piece_end = _when(run, pieces[0]) if pieces else None
     since, since_what = (first_piece_end, "C's first PIECE event") if first_piece_end else (start, "C's read began")
+    until = "its READ_DONE" if source.startswith("engine") else "C's first token (the client's clock)"
     got_a, got_b = a.tokens_between(since, end), b.tokens_between(since, end)
-    evidence.append(f"tokens received from {since_what} to its READ_DONE: A {got_a}, B {got_b}")
+    evidence.append(f"tokens received from {since_what} to {until}: A {got_a}, B {got_b}")
     if pieces:
         sizes = "+".join(str(p.get("tokens", "?")) for p in pieces)
         steps = ", ".join(str(p.get("decode_steps", "?")) for p in pieces)
