@@ -85,7 +85,8 @@ STRATA = Family("strata", "Strata", ids_in=True, ids_out="return_token_ids", req
 LLAMA_CPP = Family("llama.cpp", "llama.cpp llama-server", endpoint="/completion", wire=LLAMA_CPP_WIRE, ids_in=True,
                    ids_out="return_tokens", request_ids="none", greedy=dict(_NEUTRAL_LLAMA),
                    extras={"ignore_eos": True}, tokenize="/tokenize", cold={"cache_prompt": False})
-LLAMA_CPP_PYTHON = Family("llama-cpp-python", "llama-cpp-python server", ids_in=True, request_ids="uuid",
+# Its completion `prompt` is a string or a list of strings (no token ids); its tokenizer is /extras/tokenize.
+LLAMA_CPP_PYTHON = Family("llama-cpp-python", "llama-cpp-python server", ids_in=False, request_ids="uuid",
                           greedy={**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0},
                           tokenize="/extras/tokenize")
 VLLM = Family("vllm", "vLLM", ids_in=True, ids_out="return_token_ids", greedy={**_NEUTRAL_OPENAI, "top_k": -1,
