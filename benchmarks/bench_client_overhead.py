@@ -24,8 +24,9 @@ import time
 
 import numpy as np
 
-from strata_bench.client import RequestResult, stream_completion
-from strata_bench.http_stream import run
+from strata_bench.engines.result import StreamResult
+from strata_bench.engines.stream import stream_completion
+from strata_bench.engines.http_stream import run
 from strata_bench.synthetic import spawn
 
 
@@ -43,7 +44,7 @@ async def measure(url: str, streams: int, tokens: int) -> list[list[tuple[float,
                 pairs[i].append((payload["synthetic_t"], arrived))
         return on_event
 
-    results = [RequestResult(name=f"s{i}", role="stream", prompt_tokens=4) for i in range(streams)]
+    results = [StreamResult(name=f"s{i}", role="stream", prompt_tokens=4) for i in range(streams)]
     await asyncio.gather(*[
         stream_completion(url, {"prompt": [i, 1, 2, 3], "max_tokens": tokens, "return_token_ids": True},
                           results[i], on_event=hook(i))

@@ -2,6 +2,7 @@
 
 `NAME=COMMAND` or `NAME=@URL`. Names become file names, so they are letters, digits, '_', '.', '-'.
 The launcher appends `--host 127.0.0.1 --port P` to a command unless the command contains `{port}`.
+One arm measures one server; two or more compare.
 """
 from __future__ import annotations
 
@@ -40,19 +41,17 @@ class Arm:
         if self.url is not None:
             parsed = urlparse(self.url)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
-                raise ArmError(f"arm {self.name!r}: {self.url!r} is not an http(s) URL like http://127.0.0.1:8000")
+                raise ArmError(f"arm {self.name!r}: @{self.url} is not an http(s) URL; write NAME=@http://127.0.0.1:8000")
             object.__setattr__(self, "url", self.url.rstrip("/"))
 
     @property
     def is_url(self) -> bool:
         return self.url is not None
 
-    def command_for(self, host: str, port: int) -> str:
-        """The shell command that starts this arm's engine on host:port."""
-        assert self.command is not None
-        if "{port}" in self.command:
-            return self.command.replace("{port}", str(port)).replace("{host}", host)
-        return f"{self.command} --host {host} --port {port}"
+    @property
+    def label(self) -> str:
+        """How messages name the arm: `arm 'a'`, or `arm 'a' (@http://...)` for a running server."""
+        return f"arm {self.name!r}" + (f" (@{self.url})" if self.url else "")
 
     def env_assignments(self) -> dict[str, str]:
         """Variables set by a leading `env A=1 B=2` (or bare `A=1 cmd`): provenance, not execution."""
@@ -79,7 +78,8 @@ class Arm:
 
 def parse_arm(text: str) -> Arm:
     if "=" not in text:
-        raise ArmError(f"--arm {text!r}: expected NAME=COMMAND or NAME=@URL")
+        hint = " (a running server is NAME=@URL)" if text.strip().startswith(("@", "http")) else ""
+        raise ArmError(f"--arm {text!r}: expected NAME=COMMAND or NAME=@URL{hint}")
     name, rest = text.split("=", 1)
     name, rest = name.strip(), rest.strip()
     if not name:
@@ -91,8 +91,9 @@ def parse_arm(text: str) -> Arm:
 
 def parse_arms(texts: list[str] | tuple[str, ...]) -> list[Arm]:
     arms = [parse_arm(t) for t in texts]
-    if len(arms) < 2:
-        raise ArmError(f"give two or more --arm NAME=COMMAND (got {len(arms)}): the bench compares arms")
+    if not arms:
+        raise ArmError("give --arm NAME=COMMAND (an engine started per run) or --arm NAME=@URL (a running server); "
+                       "one arm measures one server, two or more compare")
     names = [a.name for a in arms]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import click
 
 from .arms import ArmError, parse_arms
-from .launcher import LaunchError, check_url
+from .engines.launcher import LaunchError, check_url
 from .presets import PresetError, available_presets, load_preset
 from .progress import Progress
 from .report import ReportError, build_report
@@ -48,7 +48,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--arm", "arm_texts", multiple=True, metavar="NAME=COMMAND|NAME=@URL", help="an arm (two or more); COMMAND gets --host/--port appended unless it contains {port}")
+@click.option("--arm", "arm_texts", multiple=True, metavar="NAME=COMMAND|NAME=@URL", help="an arm (one measures a server, two or more compare); COMMAND gets --host/--port appended unless it contains {port}")
 @click.option("--scenarios", "scenario_list", help="comma-separated names or .json paths (default: two_joiners,followup,read_alone)")
 @click.option("--preset", help="take arms, scenarios, rounds and scale from a preset (see `strata-bench preset --list`)")
 @click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), help="modelled seconds per wall second of sim engines: delays divided, times reported modelled")
@@ -165,7 +165,7 @@ def _config(arm_texts: tuple[str, ...], scenario_list: str | None, preset_name: 
         scenarios = [s.scaled(scale) for s in parse_scenario_list(scenario_list or "two_joiners,followup,read_alone")]
         for arm in arms:
             if arm.is_url:
-                check_url(arm)
+                check_url(arm.url, arm.label)
         config = BenchConfig(arms=tuple(arms), scenarios=tuple(scenarios), repeat=repeat or 1, scale=scale,
                              time_scale=ts or 1.0, pause_threshold_s=opts["pause_threshold"],
                              health_timeout_s=opts["health_timeout"], run_timeout_s=opts["run_timeout"],
@@ -183,7 +183,7 @@ def _resumed_config(out: Path) -> BenchConfig:
         config = BenchConfig.from_dict(ResultsDir(out).read_meta()["config"])
         for arm in config.arms:
             if arm.is_url:
-                check_url(arm)
+                check_url(arm.url, arm.label)
     except (ResultsError, KeyError, ValueError, LaunchError) as exc:
         raise click.UsageError(f"--resume: cannot continue the bench in {out}: {exc}") from None
     return config
@@ -204,10 +204,16 @@ def _execute(config: BenchConfig, opts: dict[str, Any]) -> int:
         progress.message(f"interrupted: finished runs are saved in {results.path}; continue with "
                          f"`strata-bench run --resume --out {results.path}`")
         return 130
-    text = render(build_report(results), "md")
+    report = build_report(results)
+    text = render(report, "md")
     (results.path / "report.md").write_text(text)
     if not opts["no_report"]:
         click.echo(text)
     progress.message(f"done: {counts['ok']} ok, {counts['errors']} with request errors, {counts['failed']} failed, "
                      f"{counts['skipped']} already there; report in {results.path / 'report.md'}")
-    return 1 if counts["failed"] else 0
+    failed_arms = sorted({arm for sc in report["scenarios"] for arm in sc["failed_arms"]})
+    if failed_arms:
+        progress.message(f"FAILED arm(s): {', '.join(failed_arms)} (failed runs, request errors or serialised runs; "
+                         "see the report): exit 1")
+        return 1
+    return 0

@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import httpx
-
-from .client import RequestResult, stream_completion
-from .prompts import prompt_digest, prompt_seed, text_prompt, token_prompt
+from .engines.feed import fetch_events, next_index
+from .engines.probe import ServerInfo, count_tokens, probe
+from .engines.result import StreamResult
+from .engines.stream import stream_completion
+from .prompts import prompt_digest, prompt_seed, sized_text_prompt, token_prompt
 from .scenarios import RequestSpec, Scenario
-from .server_info import ServerInfo, event_index, fetch_events, probe_server
 
 
 class RunFailed(RuntimeError):
@@ -39,25 +39,27 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
     """Run the scenario; never raises for a failed run (status 'failed' with the reason) except on cancel."""
     origin = time.perf_counter()
     run: dict[str, Any] = {"id": ctx.run_id, "time_scale": ctx.time_scale, "warnings": [], "engine_events": None}
-    results: list[RequestResult] = []
-    async with httpx.AsyncClient(timeout=30.0) as client:  # probes and the event feed; streams: client.py
-        info = await probe_server(client, url)
-        run["server"] = info.to_dict()
-        run["prompt_mode"] = info.prompt_mode
-        since = await event_index(client, url)
-        try:
-            bodies = _bodies(ctx, info, run["warnings"])
-            results = [RequestResult(name=s.name, role=s.role, prompt_tokens=s.prompt_tokens, prompt_sha256=digest)
-                       for s, (_, digest) in zip(ctx.scenario.requests, bodies)]
-            origin = time.perf_counter()
-            await _race(_scenario(url, ctx, [b for b, _ in bodies], results, run), exit_code, ctx.run_timeout_s)
-            run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
-        except RunFailed as exc:
-            run["status"], run["failure"] = "failed", str(exc)
-        if since is not None and exit_code() is None:
-            fetched = await fetch_events(client, url, since)
-            run["engine_events"] = fetched[0] if fetched else None
+    results: list[StreamResult] = []
+    # Probes and the event feed are plain blocking calls, made before the clock starts and after it stops.
+    info = probe(url)
+    run["server"] = info.to_dict()
+    run["prompt_mode"] = info.prompt_mode
+    since = next_index(url) if info.family.events else None
+    try:
+        requests = _requests(url, ctx, info, run["warnings"])
+        results = [StreamResult(name=s.name, role=s.role, request_id=f"{ctx.run_id}-{s.name}", prompt_tokens=length,
+                                prompt_sha256=digest, max_tokens=max_tokens)
+                   for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)]
+        origin = time.perf_counter()
+        await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code, ctx.run_timeout_s)
+        run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
+    except RunFailed as exc:
+        run["status"], run["failure"] = "failed", str(exc)
+    if since is not None and exit_code() is None:
+        fetched = fetch_events(url, since)
+        run["engine_events"] = fetched[0] if fetched else None
     run["warnings"] += _short_streams(results)
+    run["warnings"] += _serialised(results)
     run["requests"] = [r.to_dict(origin) for r in results]
     run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
     return run
@@ -84,58 +86,74 @@ async def _race(main: Any, exit_code: Callable[[], int | None], timeout_s: float
             await asyncio.gather(task, return_exceptions=True)
 
 
-def _short_streams(results: list[RequestResult]) -> list[str]:
+def _serialised(results: list[StreamResult]) -> list[str]:
+    """A server that ran the streams one at a time: no two streams' token spans (first to last) overlap.
+    (Joiners are left out: a short question may rightly be answered while a long read waits.)"""
+    spans = sorted((r.times[0], r.times[-1]) for r in results if r.times and r.role == "stream")
+    if len(spans) < 2 or any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return []
+    return ["serialised: the server ran the streams one at a time (no stream received a token while another "
+            "was streaming): the run measures a queue, not interleaving"]
+
+
+def _short_streams(results: list[StreamResult]) -> list[str]:
     """Streams that ended on their own before the joiners were read measured no part of the join."""
     firsts = [r.first_token_at for r in results if r.role == "joiner" and r.first_token_at is not None]
     if not firsts:
         return []
-    return [f"stream {r.name} finished ({len(r.token_times)} tokens) before the last joiner's first token: "
+    return [f"stream {r.name} finished ({len(r.times)} tokens) before the last joiner's first token: "
             "raise its max_tokens so the streams outlast the joiners"
-            for r in results if r.role == "stream" and r.ended_by == "finished" and r.token_times
-            and r.token_times[-1] < max(firsts)]
+            for r in results if r.role == "stream" and r.ended_by == "finished" and r.times
+            and r.times[-1] < max(firsts)]
 
 
-def _bodies(ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str]]:
-    """Encoded request bodies (built before the clock starts) and their prompt digests."""
-    scenario = ctx.scenario
-    if info.batch is not None and len(scenario.requests) > info.batch:
-        warnings.append(f"scenario {scenario.name} sends {len(scenario.requests)} requests, the engine has "
-                        f"{info.batch} slots: some wait for a slot")
+def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str, int, int]]:
+    """Per request: the encoded body (built before the clock starts), the prompt's digest, its length in
+    the server's tokens (exact for token ids, measured through the server's tokenizer for text) and
+    max_tokens after fitting the server's context."""
+    scenario, family = ctx.scenario, info.family
+    if info.slots is not None and len(scenario.requests) > info.slots:
+        warnings.append(f"scenario {scenario.name} sends {len(scenario.requests)} requests, the server has "
+                        f"{info.slots} slots: some wait for a slot")
     out = []
     for spec in scenario.requests:
-        max_tokens = _fit(spec, info, warnings)
         seed = prompt_seed(*ctx.prompt_key, spec.name)
         if info.prompt_mode == "ids":
             prompt: list[int] | str = token_prompt(seed, spec.prompt_tokens, info.vocab_size or 2, info.eos_token_id)
+            length: int | None = spec.prompt_tokens
         else:
-            prompt = text_prompt(seed, spec.prompt_tokens)
-        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                "ignore_eos": True, "return_token_ids": True, "stream_options": {"include_usage": True}}
-        if info.model:
-            body["model"] = info.model
-        out.append((json.dumps(body, separators=(",", ":")).encode(), prompt_digest(prompt)))
+            prompt, length = sized_text_prompt(seed, spec.prompt_tokens, lambda text: count_tokens(url, info, text))
+            if length is None:
+                warnings.append(f"request {spec.name}: {info.family.label} cannot count tokens, so the text prompt is "
+                                f"about {spec.prompt_tokens} words, not a measured {spec.prompt_tokens} tokens")
+        max_tokens = _fit(spec, length or spec.prompt_tokens, info, warnings)
+        body = family.request_body(prompt, max_tokens, model=info.model)
+        out.append((json.dumps(body, separators=(",", ":")).encode(), prompt_digest(prompt),
+                    length or spec.prompt_tokens, max_tokens))
     return out
 
 
-def _fit(spec: RequestSpec, info: ServerInfo, warnings: list[str]) -> int:
+def _fit(spec: RequestSpec, prompt_tokens: int, info: ServerInfo, warnings: list[str]) -> int:
     if info.ctx is None:
         return spec.max_tokens
-    if spec.prompt_tokens >= info.ctx:
-        raise RunFailed(f"request {spec.name}: a {spec.prompt_tokens}-token prompt does not fit the engine's "
-                        f"context of {info.ctx}: lower --scale or raise the engine's --ctx")
-    room = info.ctx - spec.prompt_tokens
+    if prompt_tokens >= info.ctx:
+        raise RunFailed(f"request {spec.name}: a {prompt_tokens}-token prompt does not fit the server's context of "
+                        f"{info.ctx} tokens per request: lower --scale or raise the server's context")
+    room = info.ctx - prompt_tokens
     if spec.max_tokens > room:
         warnings.append(f"request {spec.name}: max_tokens {spec.max_tokens} cut to {room} to fit the context")
     return min(spec.max_tokens, room)
 
 
-async def _scenario(url: str, ctx: RunContext, bodies: list[bytes], results: list[RequestResult],
+async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[bytes], results: list[StreamResult],
                     run: dict[str, Any]) -> None:
     scenario, wall = ctx.scenario, 1.0 / ctx.time_scale
     first_token = {r.name: asyncio.Event() for r in results}
 
-    def mark(result: RequestResult) -> Callable[[dict[str, Any], float], None]:
-        def on_event(_payload: dict[str, Any], _arrived: float) -> None:
+    family = info.family
+
+    def mark(result: StreamResult) -> Callable[[Any, float], None]:
+        def on_event(_payload: Any, _arrived: float) -> None:
             if result.first_token_at is not None:
                 first_token[result.name].set()
         return on_event
@@ -143,9 +161,10 @@ async def _scenario(url: str, ctx: RunContext, bodies: list[bytes], results: lis
     async def send(i: int, delay_s: float) -> None:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
-        headers = {"X-Request-Id": f"{ctx.run_id}-{results[i].name}"}
+        headers = family.headers(results[i].request_id)
         try:
-            await stream_completion(url, bodies[i], results[i], headers=headers, on_event=mark(results[i]))
+            await stream_completion(url, bodies[i], results[i], path=family.endpoint, wire=family.wire,
+                                    headers=headers, on_event=mark(results[i]))
         finally:
             first_token[results[i].name].set()  # an ended request no longer holds anyone up
 

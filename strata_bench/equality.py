@@ -2,12 +2,16 @@
 
 Within a round all arms send the same prompts, so each request is compared with the first arm's run of
 that round and scenario, over the tokens both received (a stream the bench closed after its tail has
-fewer). The first difference names the round, scenario, request, index and both tokens.
+fewer). The first difference names the round, scenario, request, index and both tokens. Runs whose
+prompts went in different forms (token ids to one server, text to another) are different prompts: they
+are not compared, and the check says so instead of flagging a difference.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
+
+from .engines.compare import common_prefix_difference
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,22 @@ class TokenCheck:
     differing_requests: int
     without_ids: int  # requests compared by text because a side had no token ids
     first_diff: TokenDiff | None
+    other_prompts: list[str] = field(default_factory=list)  # "round 0 sc: A sent token ids, B text"
 
     @property
     def equal(self) -> bool:
         return self.first_diff is None
 
     def describe(self) -> str:
+        skipped = ""
+        if self.other_prompts:
+            skipped = (f" Not compared, because the prompts went in different forms: {self.other_prompts[0]}"
+                       + (f" (and {len(self.other_prompts) - 1} more)" if len(self.other_prompts) > 1 else "") + ".")
         if self.compared_requests == 0:
-            return "Greedy tokens: nothing to compare (no pair of arms has tokens for the same request)."
+            return "Greedy tokens: nothing to compare (no pair of arms has tokens for the same request)." + skipped
+        return self._compared() + skipped
+
+    def _compared(self) -> str:
         basis = f"{self.compared_requests} request pairs, {self.compared_tokens} tokens"
         if self.without_ids:
             basis += f"; {self.without_ids} compared by text (no token ids)"
@@ -56,14 +68,6 @@ class TokenCheck:
         return out
 
 
-def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    """Index of the first difference within the common prefix; None if the prefix is equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None
-
-
 def check_tokens(runs: list[dict[str, Any]], arm_order: list[str]) -> TokenCheck:
     by_group: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for run in runs:
@@ -71,6 +75,7 @@ def check_tokens(runs: list[dict[str, Any]], arm_order: list[str]) -> TokenCheck
             by_group.setdefault((run["round"], run["scenario"]), {})[run["arm"]] = run
     requests = tokens = differing = by_text = 0
     first: TokenDiff | None = None
+    other_prompts: list[str] = []
     for (round_index, scenario), arms in sorted(by_group.items()):
         names = [a for a in arm_order if a in arms]
         if len(names) < 2:
@@ -78,6 +83,12 @@ def check_tokens(runs: list[dict[str, Any]], arm_order: list[str]) -> TokenCheck
         base_name = names[0]
         base = {r["name"]: r for r in arms[base_name].get("requests", [])}
         for arm in names[1:]:
+            mine, theirs = arms[arm].get("prompt_mode"), arms[base_name].get("prompt_mode")
+            if mine and theirs and mine != theirs:
+                forms = {"ids": "token ids", "text": "text"}
+                other_prompts.append(f"round {round_index} {scenario}: {base_name} sent {forms.get(theirs, theirs)}, "
+                                     f"{arm} {forms.get(mine, mine)}")
+                continue
             for req in arms[arm].get("requests", []):
                 other = base.get(req["name"])
                 if other is None:
@@ -88,12 +99,12 @@ def check_tokens(runs: list[dict[str, Any]], arm_order: list[str]) -> TokenCheck
                 requests += 1
                 by_text += textual
                 tokens += min(len(a), len(b))
-                index = first_difference(a, b)
+                index = common_prefix_difference(a, b)
                 if index is not None:
                     differing += 1
                     if first is None:
                         first = TokenDiff(round_index, scenario, req["name"], arm, base_name, index, a[index], b[index])
-    return TokenCheck(requests, tokens, differing, by_text, first)
+    return TokenCheck(requests, tokens, differing, by_text, first, other_prompts)
 
 
 def _sequences(req: dict[str, Any], other: dict[str, Any]) -> tuple[Sequence[Any], Sequence[Any], bool]:

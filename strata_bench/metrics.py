@@ -34,8 +34,10 @@ class MetricSpec:
     better: str | None  # "lower", "higher", or None for a descriptive count (engine events)
 
 
-def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]:
-    """The report's rows for a scenario (its JSON dict), in the spec's order."""
+def metric_specs(scenario: dict[str, Any], has_events: bool,
+                 measured: dict[str, str] | None = None) -> list[MetricSpec]:
+    """The report's rows for a scenario (its JSON dict), in the spec's order. `measured` names each
+    joiner's prompt length as the servers counted it (e.g. "4096 tokens"), which the label then states."""
     requests = scenario["requests"]
     has_streams = any(r["role"] == "stream" for r in requests)
     specs: list[MetricSpec] = []
@@ -50,6 +52,8 @@ def metric_specs(scenario: dict[str, Any], has_events: bool) -> list[MetricSpec]
         if r["role"] == "joiner":
             # a scaled run keeps the full-size wording ("the 64K prompt") and says what it really sent
             size = f" ({r['prompt_tokens']} tokens at this scale)" if scaled else ""
+            if measured and measured.get(r["name"]):
+                size = f" ({measured[r['name']]})"
             specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}{size}: TTFT", "s", "lower"))
     if has_streams:  # without streams a run is a few joiner tokens: no rate or latency worth a row
         specs += [

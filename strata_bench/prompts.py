@@ -3,12 +3,13 @@
 Arms of one round send identical prompts (so their greedy tokens can be compared), while every round and
 every bench directory gets prompts no prefix cache has seen. Token-id prompts are uniform ids below the
 vocabulary size with EOS left out; text prompts (servers without token-id input) are seeded random words,
-about one token a word, so their length in tokens is approximate.
+cut to the requested length in the server's own tokens when it can count them (a tokenize endpoint).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Callable
 
 import numpy as np
 
@@ -52,3 +53,34 @@ def text_prompt(seed: int, length: int) -> str:
 def prompt_digest(prompt: list[int] | str) -> str:
     """SHA-256 of the prompt as sent: the run JSON keeps this, not 64K ids."""
     return hashlib.sha256(json.dumps(prompt, separators=(",", ":")).encode()).hexdigest()
+
+
+def sized_text_prompt(seed: int, length: int, count: Callable[[str], int | None]) -> tuple[str, int | None]:
+    """A text prompt of `length` tokens as the server counts them (`count` measures a text), and its
+    measured length; (about `length` words, None) when the server cannot count. The words are seeded, so
+    the same seed and counts give the same text; the longest text not over `length` is kept."""
+    words = text_prompt(seed, length).split(" ")
+    measured = count(" ".join(words))
+    if measured is None:
+        return " ".join(words), None
+    while measured < length and len(words) < 64 * length:  # tokenizers that merge words: draw more
+        words = text_prompt(seed, len(words) * 2).split(" ")
+        measured = count(" ".join(words))
+        if measured is None:
+            return " ".join(words), None
+    if measured <= length:
+        return " ".join(words), measured
+    low, high = 1, len(words)  # binary search: the longest prefix of `words` whose count is <= length
+    best = (words[:1], count(words[0]) or 1)
+    while low <= high:
+        mid = (low + high) // 2
+        got = count(" ".join(words[:mid]))
+        if got is None:
+            return " ".join(words[:mid]), None
+        if got <= length:
+            best, low = (words[:mid], got), mid + 1
+            if got == length:
+                break
+        else:
+            high = mid - 1
+    return " ".join(best[0]), best[1]

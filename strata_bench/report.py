@@ -3,6 +3,9 @@
 `build_report` recomputes every run's metrics from its raw token times (so `--pause-threshold` can change
 after the fact) and returns plain data: per metric and arm the values by round, median and min-max, and
 per non-baseline arm the paired comparison with the baseline (stats.py). tables.py renders it.
+An arm with a failed run, a request error or a serialised run (the server ran the streams one at a time)
+is reported as failed: no statistic, pair count or win is computed from it. Joiner labels carry the prompt
+lengths the servers measured (usage), not only the ones asked for.
 """
 from __future__ import annotations
 
@@ -54,9 +57,10 @@ def build_report(results: ResultsDir, *, pause_threshold_s: float | None = None,
 
 def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms: list[str], baseline: str,
                      repeat: int, threshold: float, seed: int) -> dict[str, Any]:
-    usable = [r for r in runs if r.get("status") != "failed"]
+    failed_arms = {r["arm"] for r in runs if r.get("status") != "ok" or serialised(r)}
+    usable = [r for r in runs if r.get("arm") not in failed_arms]
     has_events = any(r.get("engine_events") is not None for r in usable)
-    specs = metric_specs(scenario, has_events)
+    specs = metric_specs(scenario, has_events, measured_lengths(scenario, runs))
     by_arm_round = {(r["arm"], r["round"]): compute_metrics(r, threshold) for r in usable}
     metrics = []
     for spec in specs:
@@ -66,7 +70,7 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
             continue  # an engine event that never happened in this scenario: no row
         comparisons = {
             arm: compare_paired(values[arm], values[baseline], seed=seed).to_dict()
-            for arm in arms if arm != baseline and spec.better is not None
+            for arm in arms if arm != baseline and spec.better is not None and not {arm, baseline} & failed_arms
         }
         metrics.append({
             "key": spec.key, "label": spec.label, "unit": spec.unit, "better": spec.better,
@@ -83,13 +87,37 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
             "failed": sum(1 for r in mine if r.get("status") == "failed"),
             "failures": [f"{r['id']}: {r.get('failure', '').splitlines()[0] if r.get('failure') else ''}"
                          for r in mine if r.get("status") == "failed"],
-            "request_errors": [f"{r['id']} {q['name']}: {q['error']}" for r in mine for q in r.get("requests", [])
-                               if q.get("error")],
+            "request_errors": [f"{r['id']} {q['name']}{_where(r)}: {q['error']}" for r in mine
+                               for q in r.get("requests", []) if q.get("error")],
+            "serialised": [r["id"] for r in mine if serialised(r)],
+            "arm_failed": arm in failed_arms,
         }
     return {
+        "failed_arms": sorted(failed_arms),
         "name": scenario["name"],
         "description": scenario.get("description", ""),
         "scale": scenario.get("scale", 1.0),
         "metrics": metrics,
         "runs": runs_by_arm,
     }
+
+
+def serialised(run: dict[str, Any]) -> bool:
+    return any(str(w).startswith("serialised:") for w in run.get("warnings") or [])
+
+
+def measured_lengths(scenario: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Per joiner, its prompt length as the servers counted it (usage), where one was reported and it is not
+    the length asked for: "4096 tokens", or "2000-2011 tokens" when arms or rounds differ."""
+    out = {}
+    for spec in scenario["requests"]:
+        counts = sorted({q["measured_prompt_tokens"] for r in runs for q in r.get("requests") or []
+                         if q.get("name") == spec["name"] and isinstance(q.get("measured_prompt_tokens"), int)})
+        if counts and counts != [spec["prompt_tokens"]]:  # the asked length is the label's own wording
+            out[spec["name"]] = (f"{counts[0]} tokens" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} tokens") \
+                + " as the server counted"
+    return out
+
+
+def _where(run: dict[str, Any]) -> str:
+    return f" (@{run['url']})" if run.get("url") and not run.get("command") else ""

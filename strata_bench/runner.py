@@ -14,8 +14,8 @@ from typing import Any
 
 from .arms import Arm
 from .driver import RunContext, drive
-from .http_stream import run as run_stamped
-from .launcher import EngineProcess, LaunchError
+from .engines.http_stream import run as run_stamped
+from .engines.launcher import EngineProcess, LaunchError
 from .metrics import DEFAULT_PAUSE_THRESHOLD_S, compute_metrics
 from .order import RunKey, run_plan
 from .progress import Progress
@@ -39,8 +39,8 @@ class BenchConfig:
     preset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if len(self.arms) < 2:
-            raise ValueError(f"a bench compares two or more arms, got {len(self.arms)}")
+        if len(self.arms) < 1:
+            raise ValueError("a bench needs at least one arm (one measures a server, two or more compare)")
         if self.repeat < 1:
             raise ValueError(f"--repeat must be >= 1, got {self.repeat}")
         for name in ("scale", "time_scale", "health_timeout_s", "run_timeout_s", "stop_timeout_s"):
@@ -121,10 +121,7 @@ def _exit_code_after(engine: EngineProcess, run: dict[str, Any]) -> int | None:
     """The engine's exit status if it died during the run; a dying engine's requests fail a moment
     before the process is gone, so a run with request errors waits briefly for the exit."""
     if run.get("status") != "ok":
-        try:
-            engine.proc.wait(timeout=0.5)
-        except Exception:  # still running: it did not die
-            pass
+        engine.wait_exit(0.5)
     return engine.exit_code()
 
 
@@ -153,8 +150,9 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
             record.update(url=arm.url, command=None)
             run = run_stamped(drive(arm.url, ctx))
         else:
-            engine = EngineProcess(arm, out.logs_dir / key.id)
-            record.update(url=engine.url, command=engine.command, stderr=str(engine.stderr_path.relative_to(out.path)))
+            engine = EngineProcess(arm.command, name=f"arm {arm.name!r}", log_stem=out.logs_dir / key.id)
+            record.update(url=engine.url, command=engine.launched, stderr=str(engine.stderr_path.relative_to(out.path)))
+            engine.spawn()
             record["health_s"] = round(engine.wait_healthy(config.health_timeout_s), 3)
             run = run_stamped(drive(engine.url, ctx, engine.exit_code))
             code = _exit_code_after(engine, run)
@@ -166,7 +164,7 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug or an odd server must not cost the other runs
-        run = {"status": "failed", "failure": f"arm {arm.name!r}: {type(exc).__name__}: {exc}\n"
+        run = {"status": "failed", "failure": f"{arm.label}: {type(exc).__name__}: {exc}\n"
                + traceback.format_exc(limit=3), "requests": [], "engine_events": None, "warnings": []}
     finally:
         if engine is not None:

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -42,6 +43,9 @@ class SyntheticConfig:
     perturb_from: int = 0  # ...from this token index on
     die_after_s: float = 0.0  # exit(3) this long after the first completion request
     health_delay_s: float = 0.0  # /health answers 503 this long after start
+    owned_by: str = "strata"  # GET /v1/models' owned_by ("me" plays llama-cpp-python, "vllm" vLLM)
+    uuid_request_ids: bool = False  # a non-UUID X-Request-Id gets HTTP 400 with an empty message
+    end_early_after: int = 0  # k > 0: the stream ends with [DONE] after k tokens, no finish_reason
 
     def __post_init__(self) -> None:
         if self.mode not in ("release", "pieces", "free"):
@@ -104,6 +108,9 @@ class SyntheticEngine:
         await self.read(request_id, prompt_tokens)
         sent, next_at = 0, time.perf_counter()
         while sent < max_tokens:
+            if cfg.end_early_after and sent >= cfg.end_early_after:
+                yield b"data: [DONE]\n\n"
+                return
             if failing and sent >= cfg.fail_after_tokens:
                 yield _sse({"error": {"message": f"synthetic failure after {sent} tokens", "type": "server_error"}})
                 break
@@ -163,7 +170,7 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
         return JSONResponse({"status": "ok"})
 
     async def models(_: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "synthetic", "object": "model", "owned_by": "strata",
+        return JSONResponse({"object": "list", "data": [{"id": "synthetic", "object": "model", "owned_by": config.owned_by,
                                                          "max_model_len": config.ctx}]})
 
     async def engine_info(_: Request) -> JSONResponse:
@@ -194,6 +201,11 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return error(400, "max_tokens must be an integer >= 1", "max_tokens")
         request_id = request.headers.get("x-request-id") or f"req{next(counter)}"
+        if config.uuid_request_ids and request.headers.get("x-request-id"):
+            try:
+                uuid.UUID(request_id)
+            except ValueError:
+                return error(400, "")
         if config.fail_match and config.fail_match in request_id and config.fail_after_tokens == 0:
             return JSONResponse({"error": {"message": "synthetic failure", "type": "server_error", "param": None,
                                            "code": None}}, status_code=500)
@@ -219,6 +231,9 @@ _HELP = {
     "perturb_match": "requests whose X-Request-Id contains this get other tokens", "perturb_from": "from this index",
     "die_after_s": "exit(3) this long after the first completion request",
     "health_delay_s": "/health answers 503 for this long after start",
+    "owned_by": "GET /v1/models' owned_by (me: llama-cpp-python, vllm, sglang)",
+    "uuid_request_ids": "a non-UUID X-Request-Id gets HTTP 400 with an empty message (llama-cpp-python)",
+    "end_early_after": "k > 0: streams end with [DONE] after k tokens and no finish_reason",
 }
 
 
@@ -247,7 +262,7 @@ def spawn(*flags: str, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes]
     """Start the server in a subprocess on a free port; (process, URL) once /health answers 200."""
     import httpx
 
-    from .launcher import free_port
+    from .engines.launcher import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],

@@ -31,7 +31,9 @@ def fmt_p(p: float | None) -> str:
     return "n/a" if p is None else (f"{p:.2g}" if p >= 0.001 else "<0.001")
 
 
-def _cell(metric: dict[str, Any], arm: str, baseline: str, repeat: int) -> str:
+def _cell(metric: dict[str, Any], arm: str, baseline: str, repeat: int, failed: bool = False) -> str:
+    if failed:
+        return "FAILED"
     summary = metric["summary"][arm]
     if summary is None:
         return "—"
@@ -77,7 +79,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["", f"## {scenario['name']}", ""]
         if scenario["description"]:
             out += [scenario["description"], ""]
-        rows = [[m["label"]] + [_cell(m, arm, baseline, repeat) for arm in arms] for m in scenario["metrics"]]
+        failed = set(scenario.get("failed_arms") or [])
+        rows = [[m["label"]] + [_cell(m, arm, baseline, repeat, arm in failed) for arm in arms]
+                for m in scenario["metrics"]]
         rows.append(["runs"] + [_runs_cell(scenario["runs"][arm]) for arm in arms])
         out.append(tabulate(rows, headers=[""] + arms, tablefmt="github", colalign=["left"] + ["right"] * len(arms)))
         lines = [line for m in scenario["metrics"] for arm in arms if arm != baseline
@@ -95,7 +99,9 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def _runs_cell(runs: dict[str, Any]) -> str:
-    parts = [f"{runs['ok']} ok"]
+    parts = [f"{runs['ok'] - len(runs.get('serialised') or [])} ok"]
+    if runs.get("serialised"):
+        parts.append(f"{len(runs['serialised'])} serialised")
     if runs["errors"]:
         parts.append(f"{runs['errors']} with request errors")
     if runs["failed"]:
@@ -105,6 +111,13 @@ def _runs_cell(runs: dict[str, Any]) -> str:
 
 def _problems(scenario: dict[str, Any], arms: list[str]) -> list[str]:
     out = []
+    for arm in scenario.get("failed_arms") or []:
+        runs = scenario["runs"][arm]
+        why = [f"{runs['failed']} failed run(s)" if runs["failed"] else "",
+               f"{runs['errors']} run(s) with request errors" if runs["errors"] else "",
+               f"{len(runs['serialised'])} serialised run(s) (the server ran the streams one at a time)"
+               if runs.get("serialised") else ""]
+        out.append(f"- **{arm} FAILED**: {', '.join(w for w in why if w)}; no statistics are computed from it")
     for arm in arms:
         for line in scenario["runs"][arm]["failures"]:
             out.append(f"- failed run: {line}")

@@ -70,7 +70,7 @@ def main() -> None:
 
 @main.command()
 @click.option("--engine", help="Engine command line (a fresh engine per phase); `--host/--port` are appended unless it has {port}.")
-@click.option("--url", help="URL of a running server instead (solo runs then share it: not fresh).")
+@click.option("--url", help="URL of a running server (any family: Strata, llama.cpp, vLLM, ...); solo runs then share it.")
 @click.option("--scale", type=float, default=1.0, show_default=True, help="Multiply the spec's sizes (40K long prompt).")
 @click.option("--tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
 @click.option("--vocab", type=int, help="Vocabulary size, for engines without GET /v1/engine.")
@@ -89,7 +89,8 @@ def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeo
     if not engine and not url:
         report.meta["default piece"] = default_piece(scale)
     if url:
-        report.meta["solo runs"] = "on the same server after the interleaved run (--url: not a fresh engine)"
+        report.meta["solo runs"] = ("on the same server after the interleaved run (--url: not a fresh engine); "
+                                    "each request skips the prefix cache where the server has that switch")
     raw: dict = {}
     started = time.monotonic()
     _progress(f"interleave on {target.describe()}")
@@ -97,6 +98,9 @@ def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeo
         run = run_interleave(target, options)
         report.add(*run.steps)
         raw = run.to_dict()
+        report.meta["server"] = run.info.get("family", "?")
+        if run.cache:
+            report.meta["prefix cache"] = run.cache
     except GateError as exc:
         _gate_failed(report, exc)
     report.meta["seconds"] = round(time.monotonic() - started, 1)

@@ -10,15 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from strata_bench.engines.compare import first_difference  # the one rule, shared with the bench
+
 NEAR_TIE = 0.01  # nats between the top two candidates
-
-
-def first_difference(left: Sequence[int], right: Sequence[int]) -> int | None:
-    """Index of the first differing token, len(shorter) when one is a prefix of the other, None if equal."""
-    for index, (a, b) in enumerate(zip(left, right)):
-        if a != b:
-            return index
-    return None if len(left) == len(right) else min(len(left), len(right))
 
 
 def top2_margin(top: dict[str, float] | None) -> float | None:

@@ -2,8 +2,11 @@
 then every request again, alone, on a fresh engine.
 
 This module drives the two phases and gathers evidence (`InterleaveRun`: every token with its arrival
-time, the engine's events); `interleave_steps` turns that evidence into pass / fail / not exercised.
-With `--url` both phases share the one server, so "solo" is alone but not fresh (said in the report).
+time, the engine's events when it has a feed); `interleave_steps` turns that evidence into pass / fail /
+not exercised. With `--url` both phases share the one server, so "solo" is alone but not fresh; every
+request asks to skip the prefix cache where the server family has that switch (said in the report). A
+server that runs one request at a time (one slot, or A streaming while B waits) leaves the interleaving
+steps not exercised, with that reason, and the gate does not wait for what cannot happen.
 """
 from __future__ import annotations
 
@@ -12,12 +15,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata_bench.engines.feed import EventWatcher
 from strata_verify.client import Completion, EngineClient, GateError, StreamTask
 from strata_verify.diverge import NEAR_TIE
 from strata_verify.engine_proc import Target
 from strata_verify.report import Step
 from strata_verify.requests import NAMES, InterleavePlan, request_id
-from strata_verify.watcher import EventWatcher
+
+# A and B decode together or not at all: when one has this many tokens while the other has none, the
+# server is running one request at a time (seen on the client's clock).
+SERIAL_EVIDENCE_TOKENS = 256
+
+
+class OneAtATime(Exception):
+    """The server runs one request at a time: the interleaving cannot happen (the reason says how we know)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,8 @@ class InterleaveRun:
     watcher: EventWatcher | None = None
     t0: float = 0.0
     nonce: str = ""
+    one_at_a_time: str | None = None  # why the server cannot interleave, when it cannot
+    cache: str = ""  # what was done about the server's prefix cache
     steps: list[Step] = field(default_factory=list)
 
     def ids(self, phase: str = "interleave") -> dict[str, str]:
@@ -66,7 +79,8 @@ class InterleaveRun:
                     "times": [round(t - self.t0, 6) for t in c.times], "sent_at": round(c.sent_at - self.t0, 6),
                     "finish_reason": c.finish_reason, "cancelled": c.cancelled}
         events = self.watcher.events if self.watcher else []
-        return {"target": self.target.describe(), "engine": self.info,
+        return {"target": self.target.describe(), "engine": self.info, "one_at_a_time": self.one_at_a_time,
+                "cache": self.cache,
                 "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
                 "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
                 "solo": {k: answer(v) for k, v in self.solo.items()},
@@ -79,9 +93,13 @@ def run_interleave(target: Target, options: InterleaveOptions) -> InterleaveRun:
 
     run = InterleaveRun(target=target, options=options, nonce=secrets.token_hex(4))
     with target.launch() as launch:
-        _interleaved_phase(run, EngineClient(launch.url, options.request_timeout))
-    with target.launch() as launch:
-        _solo_phase(run, EngineClient(launch.url, options.request_timeout))
+        try:
+            _interleaved_phase(run, EngineClient(launch.url, options.request_timeout))
+        except OneAtATime as exc:
+            run.one_at_a_time = str(exc)
+    if run.one_at_a_time is None:
+        with target.launch() as launch:
+            _solo_phase(run, EngineClient(launch.url, options.request_timeout))
     run.steps = judge(run)
     return run
 
@@ -106,6 +124,11 @@ def _prepare(run: InterleaveRun, client: EngineClient) -> int:
     """Engine facts, prompts, and how many tokens A and B may decode; GateError when they cannot fit."""
     info = client.prepare()
     run.info = info
+    run.cache = (f"every request asked to skip the prefix cache ({client.cold})" if client.cold else
+                 "Strata keeps no prefix cache" if client.family.events else
+                 f"{client.family.label}: no per-request switch for a prefix cache; solo runs may reuse one")
+    if client.server is not None and client.server.slots == 1:
+        raise OneAtATime(f"the server has one slot (runs one request at a time): {client.server.describe()}")
     plan = run.options.plan
     vocab = info.get("vocab_size") or run.options.vocab_size
     if not vocab:
@@ -124,28 +147,29 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
     opts, plan = run.options, run.options.plan
     decode_tokens = _prepare(run, client)
     ids = run.ids("interleave")
-    run.watcher = EventWatcher(client.url).start()
-    run.t0 = time.monotonic()
-    tasks = {name: StreamTask(client, name, ids[name], run.prompts[name], decode_tokens) for name in ("A", "B")}
+    run.watcher = EventWatcher(client.url)
+    if client.family.events:
+        run.watcher.start()
+    else:
+        run.watcher.available = False  # no feed: the evidence is the client's clock
+    run.t0 = time.perf_counter()
+    tasks = {name: client.task(name, ids[name], run.prompts[name], decode_tokens) for name in ("A", "B")}
     try:
         for task in tasks.values():
             task.start()
-        for task in tasks.values():  # A and B decode before C is sent
-            if not task.first_token.wait(opts.phase_timeout):
-                raise GateError(f"interleave: {task.result.name} got no token in {opts.phase_timeout:.0f} s")
-            _check(task, "decoding before C")
-        tasks["C"] = StreamTask(client, "C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
+        _wait_both_decoding(tasks["A"], tasks["B"], opts.phase_timeout)
+        tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
-        tasks["D"] = StreamTask(client, "D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
+        tasks["D"] = client.task("D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
         # E goes in while D is being read: as soon as the engine says D's read began. Without an
         # event feed E follows D at once, and if the engine ignored our ids, at D's first token at
         # the latest; the give-way step then fails as not exercised, for want of proof.
-        deadline = time.monotonic() + min(opts.phase_timeout, 120.0)
-        while run.watcher.available and time.monotonic() < deadline and not tasks["D"].first_token.is_set():
+        deadline = time.perf_counter() + min(opts.phase_timeout, 120.0)
+        while run.watcher.available and time.perf_counter() < deadline and not tasks["D"].first_token.is_set():
             if run.watcher.wait_for(lambda e: e.get("request_id") == ids["D"] and e.get("kind") in ("READ_START", "PIECE"),
                                     timeout=0.2):
                 break
-        tasks["E"] = StreamTask(client, "E", ids["E"], run.prompts["E"], plan.answer_tokens).start()
+        tasks["E"] = client.task("E", ids["E"], run.prompts["E"], plan.answer_tokens).start()
         for name in ("D", "E"):
             _finish(tasks[name], opts.phase_timeout, "D gives way to E")
         for name in ("A", "B"):
@@ -155,8 +179,26 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
             tasks[name].cancel()
         for task in tasks.values():
             task.join(30.0)
-        run.watcher.stop()
+        if client.family.events:
+            run.watcher.stop()
     run.interleaved = {name: task.result for name, task in tasks.items()}
+
+
+def _wait_both_decoding(a: StreamTask, b: StreamTask, timeout: float) -> None:
+    """Until A and B both have a token. OneAtATime when one streams on while the other gets nothing."""
+    deadline = time.perf_counter() + timeout
+    while not (a.first_token.is_set() and b.first_token.is_set()):
+        for task in (a, b):
+            _check(task, "decoding before C")
+        for streaming, waiting in ((a, b), (b, a)):
+            if len(streaming.result.times) >= SERIAL_EVIDENCE_TOKENS and not waiting.result.times:
+                raise OneAtATime(f"{streaming.result.name} received {len(streaming.result.times)} tokens while "
+                                 f"{waiting.result.name} had none: the server runs one request at a time")
+        if time.perf_counter() > deadline:
+            raise GateError(f"interleave: A or B got no token in {timeout:.0f} s")
+        a.first_token.wait(0.05)
+    for task in (a, b):
+        _check(task, "decoding before C")
 
 
 def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
@@ -164,7 +206,7 @@ def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
     client.prepare()
     ids = run.ids("solo")
     for name in NAMES:
-        tokens = len(run.interleaved[name].token_ids) if name in ("A", "B") else run.options.plan.answer_tokens
+        tokens = len(run.interleaved[name].times) if name in ("A", "B") else run.options.plan.answer_tokens
         answer = client.complete(name, ids[name], run.prompts[name], max(1, tokens))
         if answer.error:
             raise GateError(f"interleave: solo run of {name} failed: {answer.error}")

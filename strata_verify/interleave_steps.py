@@ -1,14 +1,16 @@
 """The interleave check, judged: each step's verdict from the evidence an `InterleaveRun` gathered.
 
-A step passes only when the engine's events (or, for engines without them, token arrival times)
-show that its interleaving happened; otherwise it is NOT_EXERCISED, which fails the gate. Token
-equality is judged per request; logprobs are compared bitwise only where the engine claims batch
-invariance, and their largest difference is always reported.
+A step passes only when the engine's events (or, for servers without them, token arrival times on the
+client's clock) show that its interleaving happened; otherwise it is NOT_EXERCISED, which fails the gate.
+A server that runs one request at a time makes every step NOT_EXERCISED, with that reason. Token equality
+is judged per request on token ids, or on text where the server gives no ids; logprobs are compared
+bitwise only where the engine claims batch invariance, and their largest difference is always reported.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from strata_bench.engines.compare import first_difference
 from strata_verify.diverge import compare_answers, logprob_delta
 from strata_verify.interleave import InterleaveRun
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
@@ -17,8 +19,15 @@ from strata_verify.requests import NAMES
 CHECK = "interleave"
 
 
+STEP_NAMES = ("A and B decode", "C read while A and B decode", "D gives way to E")
+
+
 def judge(run: InterleaveRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
+    if run.one_at_a_time is not None:
+        names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES)]
+        return [Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, (run.cache,) if run.cache else (), build)
+                for name in names]
     steps = [_decoders(run), _read_during_decode(run), _give_way(run)]
     steps += [_equal(run, name) for name in NAMES]
     steps.append(_logprobs(run))
@@ -97,8 +106,9 @@ def _read_during_decode(run: InterleaveRun) -> Step:
     # first piece leaves them out, so what is counted was decoded between pieces.
     first_piece_end = _when(run, pieces[0]) if pieces else None
     since, since_what = (first_piece_end, "C's first PIECE event") if first_piece_end else (start, "C's read began")
+    until = "its READ_DONE" if source.startswith("engine") else "C's first token (the client's clock)"
     got_a, got_b = a.tokens_between(since, end), b.tokens_between(since, end)
-    evidence.append(f"tokens received from {since_what} to its READ_DONE: A {got_a}, B {got_b}")
+    evidence.append(f"tokens received from {since_what} to {until}: A {got_a}, B {got_b}")
     if pieces:
         sizes = "+".join(str(p.get("tokens", "?")) for p in pieces)
         steps = ", ".join(str(p.get("decode_steps", "?")) for p in pieces)
@@ -135,8 +145,7 @@ def _give_way(run: InterleaveRun) -> Step:
     w = run.watcher
     evidence = [f"prompts: D {len(run.prompts['D'])} tokens, E {len(run.prompts['E'])} (under half of D's)"]
     if w is None or not w.available:
-        return Step(CHECK, name, NOT_EXERCISED, "the engine has no event feed (GET /v1/events): a give-way cannot be proved",
-                    tuple(evidence))
+        return _give_way_seen_from_outside(run, name, evidence)
     start, end, source = _read_window(run, "D")
     evidence.append(f"D's read ({source}): {run.rel(start)} .. {run.rel(end)}; E sent {run.rel(e.sent_at)}; "
                     f"E's first token {run.rel(e.first_token_at)}, D's first token {run.rel(d.first_token_at)}")
@@ -167,9 +176,38 @@ def _give_way(run: InterleaveRun) -> Step:
                 tuple(evidence))
 
 
+def _give_way_seen_from_outside(run: InterleaveRun, name: str, evidence: list[str]) -> Step:
+    """Without an event feed: E, sent after D, got its first token before D did (the client's clock)."""
+    d, e = run.interleaved["D"], run.interleaved["E"]
+    evidence.append("the server has no event feed (GET /v1/events): judged on the client's clock")
+    evidence.append(f"D sent {run.rel(d.sent_at)}, E sent {run.rel(e.sent_at)}; E's first token "
+                    f"{run.rel(e.first_token_at)}, D's first token {run.rel(d.first_token_at)}")
+    if d.first_token_at is None or e.first_token_at is None:
+        return Step(CHECK, name, NOT_EXERCISED, "D or E produced no token", tuple(evidence))
+    if e.sent_at < d.sent_at:
+        return Step(CHECK, name, NOT_EXERCISED, "E was sent before D", tuple(evidence))
+    if e.sent_at >= d.first_token_at:
+        return Step(CHECK, name, NOT_EXERCISED, "E was sent after D's read had ended; no give-way possible",
+                    tuple(evidence))
+    if e.first_token_at < d.first_token_at:
+        return Step(CHECK, name, PASS, f"E's first token came {d.first_token_at - e.first_token_at:.3f} s before D's: "
+                    "E was read while D's read was under way (the give-way seen from outside)", tuple(evidence))
+    return Step(CHECK, name, NOT_EXERCISED, "E's first token came after D's: E waited for D's whole read",
+                tuple(evidence))
+
+
 def _equal(run: InterleaveRun, name: str) -> Step:
     inter, solo = run.interleaved[name], run.solo[name]
     step = f"{name} interleaved == solo"
+    if not inter.ids_given and not solo.ids_given:  # a server that gives no ids: compare the text
+        if not inter.text or not solo.text:
+            return Step(CHECK, step, FAIL, "no text to compare (the server gave neither token ids nor text)")
+        length = min(len(inter.text), len(solo.text)) if name in ("A", "B") else max(len(inter.text), len(solo.text))
+        index = first_difference(inter.text[:length], solo.text[:length])
+        if index is None:
+            return Step(CHECK, step, PASS, f"{length} characters of text equal (the server gives no token ids)")
+        return Step(CHECK, step, FAIL, f"text differs at character {index}",
+                    (f"interleaved: {inter.text[index:index + 40]!r}", f"solo: {solo.text[index:index + 40]!r}"))
     if not inter.token_ids or not solo.token_ids:
         return Step(CHECK, step, FAIL, f"no tokens to compare (interleaved {len(inter.token_ids)}, solo {len(solo.token_ids)})")
     diff = compare_answers(left_name="interleaved", left=inter, right_name="solo", right=solo, near_tie=run.options.near_tie)

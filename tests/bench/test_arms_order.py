@@ -1,5 +1,6 @@
 import pytest
 
+from strata_bench.engines.launcher import with_port
 from strata_bench.arms import Arm, ArmError, parse_arm, parse_arms
 from strata_bench.order import arm_order, run_plan
 
@@ -12,8 +13,8 @@ def test_parse_command_and_url_arms():
 
 
 def test_command_gets_host_and_port_unless_it_has_a_placeholder():
-    assert parse_arm("a=srv --x 1").command_for("127.0.0.1", 9) == "srv --x 1 --host 127.0.0.1 --port 9"
-    assert parse_arm("a=srv --listen :{port}").command_for("127.0.0.1", 9) == "srv --listen :9"
+    assert with_port(parse_arm("a=srv --x 1").command, 9) == "srv --x 1 --host 127.0.0.1 --port 9"
+    assert with_port(parse_arm("a=srv --listen :{port}").command, 9) == "srv --listen :9"
 
 
 def test_env_prefix_is_recorded():
@@ -36,9 +37,17 @@ def test_malformed_arms(text, words):
         parse_arm(text)
 
 
-def test_arms_need_two_and_unique_names():
-    with pytest.raises(ArmError, match="two or more"):
-        parse_arms(["a=x"])
+def test_one_arm_measures_a_server_none_is_an_error_naming_both_forms():
+    assert [a.name for a in parse_arms(["solo=@http://127.0.0.1:9"])] == ["solo"]
+    with pytest.raises(ArmError, match="NAME=@URL"):
+        parse_arms([])
+    with pytest.raises(ArmError, match="NAME=@URL"):
+        parse_arm("@http://127.0.0.1:9")
+    with pytest.raises(ArmError, match="@ftp://x"):  # the message quotes the URL as written, with its @
+        parse_arm("a=@ftp://x")
+
+
+def test_arm_names_are_unique():
     with pytest.raises(ArmError, match="unique"):
         parse_arms(["a=x", "a=y"])
     assert [a.name for a in parse_arms(["a=x", "b=@http://h:1"])] == ["a", "b"]

@@ -4,7 +4,7 @@ import signal
 import subprocess
 import time
 
-from strata_bench.launcher import free_port
+from strata_bench.engines.launcher import free_port
 
 from .conftest import BENCH, REPO, bench
 
@@ -17,8 +17,9 @@ def test_bad_input_is_a_usage_error_before_anything_runs(tmp_path):
     cases = [
         (["--arm", f"a={SYN}", "--arm", f"b={SYN}", "--scenarios", "two_joiners,nope"], "unknown scenario 'nope'"),
         (["--arm", f"a={SYN}", "--arm", "b"], "expected NAME=COMMAND"),
-        (["--arm", f"a={SYN}"], "two or more"),
+        (["--scenarios", "two_joiners"], "NAME=@URL"),
         (["--arm", f"a={SYN}", "--arm", f"b=@http://127.0.0.1:{free_port()}"], "does not answer"),
+        (["--arm", f"b=@http://127.0.0.1:{free_port()}"], "arm 'b' (@http://127.0.0.1:"),
         (["--arm", f"a={SYN}", "--arm", f"a={SYN}"], "unique"),
         (["--preset", "nope"], "unknown preset"),
         (["--preset", "demo", "--time-scale", "5"], "real engine"),

@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from strata_bench.http_stream import HTTPStreamError, ResponseStream, StampingEventLoop, run
+from strata_bench.engines.http_stream import HTTPStreamError, ResponseStream, StampingEventLoop, run
 
 CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
            b"9\r\ndata: a\n\n\r\n" b"9\r\ndata: b\n\n\r\n" b"0\r\n\r\n")

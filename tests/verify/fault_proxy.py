@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from strata_verify.engine_proc import free_port, with_port  # noqa: E402
+from strata_bench.engines.launcher import free_port, with_port  # noqa: E402
 from strata_verify.requests import name_of  # noqa: E402
 
 

@@ -41,6 +41,8 @@ SCENARIOS = {
     "builds": lambda tmp: verify("builds", "--engine", f"ref={fake()}",
                                  "--engine", f"new={fake('--salt', 'v2', '--salt-from', '5')}",
                                  "--scale", SCALE, "--tokens", "8", "--interleave-tokens", "8"),
+    "builds-broken": lambda tmp: verify("builds", "--engine", f"ref={fake()}", "--engine", f"broken={fake('--fail-start')}",
+                                        "--only", "determinism", "--tokens", "4"),
 }
 
 
@@ -96,7 +98,7 @@ def test_an_engine_that_dies_mid_run_exits_2_with_its_stderr(scenario):
 def test_an_engine_that_cannot_start_exits_2_with_its_stderr(scenario):
     out, _ = scenario("fail-start")
     assert out.returncode == 2
-    assert "exited with status 3 before it was ready" in out.stdout and "cannot load model weights" in out.stdout
+    assert "exited with status 3 before it was healthy" in out.stdout and "cannot load model weights" in out.stdout
 
 
 def test_determinism_fails_when_the_second_run_differs(scenario):
@@ -134,6 +136,12 @@ def test_builds_side_by_side_name_where_they_differ(scenario):
     assert "builds: p1 same answer (ref vs new): answers differ at token 5" in out.stdout
     assert "builds: C same solo answer (ref vs new): answers differ at token 5" in out.stdout
     assert "[    FAIL     ] new: interleave" not in out.stdout  # each build is consistent with itself
+
+
+def test_builds_names_the_build_that_could_not_run(scenario):
+    out, _ = scenario("builds-broken")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "build 'broken' could not run" in out.stdout and "cannot load model weights" in out.stdout
 
 
 def test_missing_or_empty_manifest_is_a_failure(tmp_path):

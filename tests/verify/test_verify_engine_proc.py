@@ -1,10 +1,10 @@
-"""engine_proc: a fresh engine on a free port, `{port}`, readiness, and a start failure's stderr."""
+"""The shared launcher as the gate uses it: a fresh engine on a free port, `{port}`, readiness, stderr."""
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from strata_verify.engine_proc import EngineProcess, EngineStartError, with_port
+from strata_bench.engines.launcher import EngineProcess, LaunchError, with_port
 
 from .support import fake
 
@@ -23,13 +23,13 @@ def test_starts_serves_and_stops():
 
 
 def test_an_engine_that_exits_at_start_raises_with_its_stderr():
-    with pytest.raises(EngineStartError, match="exited with status 3") as info:
+    with pytest.raises(LaunchError, match="exited with status 3") as info:
         EngineProcess(fake("--fail-start")).start()
     assert any("cannot load model weights" in line for line in info.value.stderr_tail)
 
 
 def test_a_command_that_does_not_exist_raises():
-    with pytest.raises(EngineStartError) as info:
+    with pytest.raises(LaunchError) as info:
         EngineProcess("no-such-engine-binary serve", start_timeout=30).start()
     assert any("not found" in line for line in info.value.stderr_tail)
 

@@ -7,7 +7,7 @@ from strata_verify.interleave import InterleaveOptions, InterleaveRun
 from strata_verify.interleave_steps import judge
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS
 from strata_verify.requests import InterleavePlan
-from strata_verify.watcher import EventWatcher
+from strata_bench.engines.feed import EventWatcher
 
 PIECED = {"piped_read_piece": 512, "batch_groups": 2, "vocab_size": 100}
 RELEASE = {"piped_read_piece": 0, "batch_groups": 2, "vocab_size": 100}
@@ -88,10 +88,34 @@ def test_decoders_that_stopped_before_the_read_ended_are_not_exercised():
     assert by_name(judge(run))["C read while A and B decode"].status == NOT_EXERCISED
 
 
-def test_without_an_event_feed_the_give_way_cannot_pass():
+def test_without_an_event_feed_the_give_way_is_judged_on_the_clients_clock():
     steps = by_name(judge(make_run(info={"vocab_size": 100}, events_available=False)))
-    assert steps["D gives way to E"].status == NOT_EXERCISED and "no event feed" in steps["D gives way to E"].reason
+    give_way = steps["D gives way to E"]
+    assert give_way.status == PASS and "before D's" in give_way.reason  # E sent after D, answered before D
+    assert any("client's clock" in line for line in give_way.evidence)
     assert steps["C read while A and B decode"].status == PASS  # A and B got tokens between C's send and first token
+    waited = make_run(info={"vocab_size": 100}, events_available=False)
+    waited.interleaved["E"] = answer("E", 3.05, [4.5 + 0.01 * i for i in range(16)])  # E waited for D's read
+    step = by_name(judge(waited))["D gives way to E"]
+    assert step.status == NOT_EXERCISED and "waited for D's whole read" in step.reason
+
+
+def test_a_server_that_runs_one_request_at_a_time_is_not_exercised_with_that_reason():
+    run = make_run(info={"vocab_size": 100}, events_available=False)
+    run.one_at_a_time = "the server has one slot (runs one request at a time)"
+    steps = judge(run)
+    assert steps and all(s.status == NOT_EXERCISED and "one request at a time" in s.reason for s in steps)
+
+
+def test_without_token_ids_equality_is_on_text():
+    run = make_run()
+    for side in (run.interleaved, run.solo):
+        side["C"] = Completion(name="C", request_id="c", sent_at=0.9, text="def f(x):\n    return x", times=[2.1] * 5,
+                               finish_reason="length")
+    assert by_name(judge(run))["C interleaved == solo"].status == PASS
+    run.solo["C"].text = "def f(y):\n    return y"
+    step = by_name(judge(run))["C interleaved == solo"]
+    assert step.status == FAIL and "character 6" in step.reason
 
 
 def test_a_perturbed_token_fails_with_its_index():

@@ -1,8 +1,10 @@
-"""Follows the engine's event feed (GET /v1/events?follow=1) and notes when each event arrived.
+"""The engine's event feed (Strata's GET /v1/events): where a run's events start, fetch them, or follow.
 
-Arrival times put engine events on the gate's clock: `offset` is the smallest (arrival - event t)
-seen, so `to_client(t) = t + offset` errs late by at most the feed's latency. Without a follow stream
-the watcher polls `?since=N`. An engine without the endpoint leaves `available` False (no evidence).
+`next_index`/`fetch_events` are what the bench needs around a run (None without a feed). `EventWatcher`
+follows `?follow=1` for the gate and notes when each event arrived, on the clients' clock
+(time.perf_counter): `offset` is the smallest (arrival - event t) seen, so `to_client(t) = t + offset`
+errs late by at most the feed's latency. Without a follow stream it polls `?since=N`. A server without
+the endpoint leaves `available` False: evidence must then come from token arrival times.
 """
 from __future__ import annotations
 
@@ -12,6 +14,50 @@ import time
 from typing import Any, Callable
 
 import httpx
+
+
+_FAR_AHEAD = 10**15
+
+
+def next_index(url: str) -> int | None:
+    """The next event index (where a run's events will start); None if the server has no event feed."""
+    # Ask from far ahead: the answer is empty and its header names the next index, without shipping a
+    # long-lived server's whole history; a server without the header is asked for everything and counted.
+    ahead = _events(url, _FAR_AHEAD)
+    if ahead is None:
+        return None
+    if ahead[1] is not None:
+        return ahead[1]
+    everything = _events(url, 0)
+    return None if everything is None else len(everything[0])
+
+
+def fetch_events(url: str, since: int) -> tuple[list[dict[str, Any]], int] | None:
+    """Events with index >= since and the next index to ask for; None without an event feed."""
+    got = _events(url, since)
+    if got is None:
+        return None
+    events, following = got
+    return events, since + len(events) if following is None else following
+
+
+def _events(url: str, since: int) -> tuple[list[dict[str, Any]], int | None] | None:
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/v1/events", params={"since": since}, timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    events = []
+    for line in resp.text.splitlines():
+        try:
+            event = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    header = resp.headers.get("X-Strata-Next-Index", "")
+    return events, (int(header) if header.isdigit() else None)
 
 
 class EventWatcher:
@@ -44,13 +90,13 @@ class EventWatcher:
                     if (request_id is None or e.get("request_id") == request_id) and (kind is None or e.get("kind") == kind)]
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout
+        deadline = time.perf_counter() + timeout
         with self._cond:
             while True:
                 for event in self.events:
                     if predicate(event):
                         return event
-                left = deadline - time.monotonic()
+                left = deadline - time.perf_counter()
                 if left <= 0 or not self.available:
                     return None
                 self._cond.wait(min(left, 0.1))
@@ -92,7 +138,7 @@ class EventWatcher:
             except httpx.HTTPError:
                 break
         while self.available and not self._stop.is_set():
-            self._poll_once(arrived=time.monotonic())
+            self._poll_once(arrived=time.perf_counter())
             self._stop.wait(self.poll_s)
 
     def _follow(self) -> None:
@@ -106,7 +152,7 @@ class EventWatcher:
                 for line in resp.iter_lines():
                     if self._stop.is_set():
                         return
-                    self._take(line, time.monotonic())
+                    self._take(line, time.perf_counter())
 
     def _poll_once(self, arrived: float | None) -> None:
         try:
