@@ -34,6 +34,7 @@ class Completion:
     times: list[float] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
     top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+    token_texts: list[str | None] = field(default_factory=list)  # the chosen tokens' text, as top_logprobs keys them
     text: str = ""
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
@@ -186,11 +187,13 @@ class StreamTask:
             lp = choice.get("logprobs") or {}
             token_lps = lp.get("token_logprobs") or []
             tops = lp.get("top_logprobs") or []
+            texts = lp.get("tokens") or []
             for i, token in enumerate(ids):
                 out.token_ids.append(int(token))
                 out.times.append(now)
                 out.logprobs.append(token_lps[i] if i < len(token_lps) else None)
                 out.top_logprobs.append(tops[i] if i < len(tops) else None)
+                out.token_texts.append(texts[i] if i < len(texts) else None)
             self.first_token.set()
         if choice.get("finish_reason"):
             out.finish_reason = choice["finish_reason"]

@@ -178,8 +178,8 @@ def _equal(run: InterleaveRun, name: str) -> Step:
     evidence = [f"request {name} ({inter.request_id}): {diff.describe()}",
                 f"interleaved tokens {diff.index}..: {inter.token_ids[diff.index:diff.index + 8]}",
                 f"solo tokens {diff.index}..: {solo.token_ids[diff.index:diff.index + 8]}"]
-    return Step(CHECK, step, FAIL, f"differs at token {diff.index}" + (" (near-tie)" if diff.near_tie else ""),
-                tuple(evidence))
+    label = {"near-tie": " (near-tie)", "wrong token": f" (wrong token: {', '.join(diff.wrong)})"}.get(diff.kind, "")
+    return Step(CHECK, step, FAIL, f"differs at token {diff.index}{label}", tuple(evidence))
 
 
 def _logprobs(run: InterleaveRun) -> Step:
