@@ -63,13 +63,22 @@ class Side:
         return True, f"{self.name} chose its own top-1"
 
     @property
+    def candidates(self) -> tuple[tuple[Any, float], ...]:
+        """The side's own ranked candidates: a chosen token that is not ranked first was added to
+        them (by a server that lists the chosen token too), so it is left out."""
+        if self.key is None or not self.top or self.top[0][0] == self.key:
+            return self.top
+        return tuple(entry for entry in self.top if entry[0] != self.key)
+
+    @property
     def margin(self) -> float | None:
-        """Top-1 minus top-2 logprob, or None with fewer than two candidates."""
-        return self.top[0][1] - self.top[1][1] if len(self.top) >= 2 else None
+        """Top-1 minus top-2 logprob of the side's own candidates, or None with fewer than two."""
+        top = self.candidates
+        return top[0][1] - top[1][1] if len(top) >= 2 else None
 
     @property
     def runner_up(self) -> Any:
-        return self.top[1][0] if len(self.top) >= 2 else None
+        return self.candidates[1][0] if len(self.candidates) >= 2 else None
 
     def describe(self) -> str:
         lp = "logprob n/a" if self.logprob is None else f"logprob {self.logprob:.6f}"

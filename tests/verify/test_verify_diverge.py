@@ -46,6 +46,7 @@ def test_corrupted_token_keeping_the_original_logprob_is_a_wrong_token_not_a_nea
     assert diff.kind == WRONG and not diff.near_tie
     assert diff.wrong == ("interleaved",)
     assert "' c' is not its own top-1 ' a'" in diff.describe()
+    assert diff.left.margin == pytest.approx(1.10)  # its own candidates' margin, not the added chosen entry's 0
     # a huge threshold cannot turn it into a near-tie either
     assert compare_answers(left_name="L", left=corrupted, right_name="R", right=clean, near_tie=10.0).kind == WRONG
 
