@@ -1,8 +1,8 @@
 """The independent-answer check: long prompts whose expected greedy tokens were made outside the
 build under test (`independent.py`), compared with the engine's answers in every way the check runs it.
 
-Two phases, each on a fresh engine: **solo** (each prompt alone) and **together** (L1's read starts,
-then S and L2 join it, so an engine that reads in pieces gives L1's read way to S, resumes it, and
+Two phases, each on a fresh engine: **solo** (each prompt alone) and **together** (the longest, L1,
+starts its read, then S and L2 join it, so an engine that reads in pieces gives L1's read way to S, resumes it, and
 reads L2 while L1 and S decode). Every answer must equal the independent one token for token; the
 resumed reads must start where they gave way. What the engine did together is reported as info.
 """
@@ -24,7 +24,6 @@ from strata_verify.watcher import EventWatcher
 
 CHECK = "answers"
 PHASES = ("solo", "together")
-FIRST = "L1"  # read first in the together phase; the others join when its read has begun
 # A float32 engine's chosen-token logprobs sit within about 1e-5 nats of the float64 reference's;
 # a chunk-boundary bug moves them by 1e-2 to several nats even where the greedy token survives.
 LOGPROB_TOL = 1e-3
@@ -109,7 +108,10 @@ def _together(run: AnswersRun, client: EngineClient, tokens: int) -> None:
     watcher = EventWatcher(client.url).start()
     run.t0 = time.monotonic()
     by_name = {e.name: e for e in run.expected}
-    order = [FIRST] + [e.name for e in sorted(run.expected, key=lambda e: len(e.prompt)) if e.name != FIRST]
+    # the longest is read first; the others join once its read has begun, the shortest first (it is
+    # the one the first read can give way to)
+    first = max(run.expected, key=lambda e: len(e.prompt)).name
+    order = [first] + [e.name for e in sorted(run.expected, key=lambda e: len(e.prompt)) if e.name != first]
     tasks: dict[str, StreamTask] = {}
     try:
         def start(name: str) -> None:
@@ -122,7 +124,7 @@ def _together(run: AnswersRun, client: EngineClient, tokens: int) -> None:
         while watcher.available and time.monotonic() < deadline and not tasks[order[0]].first_token.is_set():
             if watcher.wait_for(lambda e: e.get("request_id") == first_id and e.get("kind") in ("READ_START", "PIECE"), 0.2):
                 break
-        for name in order[1:]:  # the shortest first: it is the one the first read can give way to
+        for name in order[1:]:
             start(name)
         for task in tasks.values():
             if not task.finished.wait(run.options.phase_timeout):
