@@ -115,7 +115,7 @@ def _compare_prompt(name: str, entry: dict[str, Any], answers: list[Any], label:
         if entry.get("prompt_sha256") and mine_prompt and mine_prompt != entry["prompt_sha256"]:
             evidence.append(f"run {index + 1}: the prompt's token ids differ too: the builds tokenize it differently")
     if not differing:
-        return Step(CHECK, step, PASS, f"all {len(answers)} runs: sha256 {entry['sha256']}", tuple(evidence), build_name)
+        return Step(CHECK, step, PASS, f"sha256 {entry['sha256']} in all {len(answers)} runs", tuple(evidence), build_name)
     return Step(CHECK, step, FAIL, f"answer to {name} differs from {label} in {' and '.join(differing)}",
                 tuple(evidence), build_name)
 

@@ -28,7 +28,7 @@ def golden(tmp_path):
 def test_a_second_run_that_differs_from_the_manifest_fails_and_is_named(tmp_path):
     second = {"p1": [1, 2, 3, 4], "p2": [5, 6, 0, 8]}
     steps = {s.name: s for s in manifest.compare(golden(tmp_path), run_of(GOOD, second), "m.json")}
-    assert steps["p1 matches m.json"].status == PASS and "all 2 runs" in steps["p1 matches m.json"].reason
+    assert steps["p1 matches m.json"].status == PASS and "in all 2 runs" in steps["p1 matches m.json"].reason
     bad = steps["p2 matches m.json"]
     assert bad.status == FAIL and bad.reason.endswith("in run 2")
     assert any("first differing token at index 2: run 2 0" in e for e in bad.evidence)
