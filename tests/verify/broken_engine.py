@@ -18,31 +18,40 @@ engine modules move), with a wrapper that calls the original except in the bug's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import sys
 
+# Where each patched function lives; a bug whose function moved lists the new place first (the first
+# path that resolves is patched).
 TARGETS = {
-    "prefix-attention": "strata_engine.model.transformer.attend_row",
-    "piece-start": "strata_engine.scheduler.plans.next_read_chunks",
-    "corrupt-token": "strata_engine.torch_executor.TorchExecutor._deliver",
-    "resume-offset": "strata_engine.scheduler.scheduler.Scheduler._read",
+    "prefix-attention": ("strata_engine.model.transformer.attend_row",),
+    "piece-start": ("strata_engine.scheduler.plans.next_read_chunks",),
+    "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",
+                      "strata_engine.torch_executor.TorchExecutor._deliver"),
+    "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._read",),
 }
 CORRUPT_INDEX = 3
 
 
-def _resolve(dotted: str):
-    """(owner object, attribute name, original) for a module-level or class-level function path."""
-    parts = dotted.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:split]))
-        except ModuleNotFoundError:
-            continue
-        for attr in parts[split:-1]:
-            owner = getattr(owner, attr)
-        return owner, parts[-1], getattr(owner, parts[-1])
-    raise ImportError(f"cannot resolve {dotted}")
+def _resolve(paths: tuple[str, ...]):
+    """(owner object, attribute name, original) for the first module- or class-level function path that exists."""
+    for dotted in paths:
+        parts = dotted.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            try:
+                owner = importlib.import_module(".".join(parts[:split]))
+            except ModuleNotFoundError:
+                continue
+            for attr in parts[split:]:
+                if not hasattr(owner, attr):
+                    break
+                owner, parent = getattr(owner, attr), owner
+            else:
+                return parent, parts[-1], owner
+            break
+    raise ImportError(f"none of {paths} exists: update TARGETS in {__file__}")
 
 
 def prefix_attention(original):
@@ -50,11 +59,12 @@ def prefix_attention(original):
     import torch.nn.functional as F
 
     @functools.wraps(original)
-    def attend_row(q, keys, values, positions, consecutive):
+    def attend_row(q, keys, values, positions, consecutive, *rest, **kwargs):
         tokens, length = q.shape[2], keys.shape[2]
         start = length - tokens
-        if tokens == 1 or start <= 0:
-            return original(q, keys, values, positions, consecutive)
+        windowed = any(w is not None for w in (*rest, *kwargs.values()))  # a sliding window: not this bug's path
+        if tokens == 1 or start <= 0 or windowed:
+            return original(q, keys, values, positions, consecutive, *rest, **kwargs)
         seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
         seen[:, start - 1] = False  # the bug: the prefix's last position is left out
         mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
@@ -74,8 +84,6 @@ def piece_start(original):
 
 
 def corrupt_token(original):
-    from strata_engine.executor import SampledToken
-
     @functools.wraps(original)
     def _deliver(self, rows, logits, on_token):
         if len(rows) < 2:
@@ -83,7 +91,7 @@ def corrupt_token(original):
 
         def corrupted(request, token):
             if request.tokens_generated == CORRUPT_INDEX:
-                token = SampledToken(token.token_id ^ 1, token.logprob, token.top)  # the bug: after sampling
+                token = dataclasses.replace(token, token_id=token.token_id ^ 1)  # the bug: after sampling, same logprob
             on_token(request, token)
         return original(self, rows, logits, corrupted)
     return _deliver
