@@ -98,3 +98,14 @@ def test_same_tokens_from_other_numbers_fail_the_logprob_step(tmp_path):
     assert bad.status == FAIL and bad.reason.startswith("request L1: the same tokens from other numbers")
     assert "at token 1" in bad.reason and "0.02" in bad.reason
     assert steps["L1 solo == independent"].status == PASS
+
+
+def test_the_cli_refuses_a_missing_independent_file_and_a_bad_tolerance(tmp_path):
+    from .support import verify
+
+    out = verify("answers", "--against", str(tmp_path / "nope.json"), "--junit", str(tmp_path / "a.xml"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "answers: against nope.json: independent answers" in out.stdout and "do not exist" in out.stdout
+    assert (tmp_path / "a.xml").exists()
+    bad = verify("answers", "--logprob-tol", "0")
+    assert bad.returncode == 2 and "--logprob-tol" in bad.stderr
