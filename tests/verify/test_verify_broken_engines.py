@@ -5,6 +5,7 @@ Slow: each test starts real engines on the bundled tiny model (CPU) at CI scale.
 """
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -64,4 +65,6 @@ def test_a_resume_offset_error_fails_the_resume_offsets_step_naming_the_request(
     out = verify("interleave", "--scale", str(CI_SCALE), "--engine", broken("resume-offset"), timeout=900)
     assert out.returncode == 1, out.stdout + out.stderr
     assert any("interleave: resume offsets: request D:" in line for line in failed_lines(out)), out.stdout
-    assert "YIELDED at 512 tokens, then RESUME tokens_read=1024" in out.stdout
+    # D gives way at a piece boundary (512 unless a loaded machine sends E late); it resumes one chunk on
+    yielded, resumed = map(int, re.search(r"YIELDED at (\d+) tokens, then RESUME tokens_read=(\d+)", out.stdout).groups())
+    assert resumed == yielded + 512, out.stdout
