@@ -80,7 +80,9 @@ def test_perturbed_interleaved_token_fails_with_its_index(scenario):
 def test_an_engine_that_never_yields_fails_the_give_way_as_not_exercised(scenario):
     out, _ = scenario("no-yield")
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
+    # A loaded machine can see D's READ_START late and send E after D's read: not exercised either way.
+    assert ("[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
+            or "[NOT EXERCISED] interleave: D gives way to E: E was sent after D's read had ended" in out.stdout), out.stdout
     assert "C interleaved == solo: 16 tokens equal" in out.stdout  # the text itself was fine
 
 
