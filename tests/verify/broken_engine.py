@@ -13,7 +13,7 @@ engine modules move), with a wrapper that calls the original except in the bug's
                     chunk is left alone so the read still ends with a first token
   corrupt-token     in a decode batch of more than one row, a request's token at index 3 is changed
                     to a neighbouring id after sampling, keeping the original token's logprob
-  resume-offset     a parked read resumes one chunk past where it gave way
+  resume-offset     a parked read resumes one chunk past where it gave way (and never reads that chunk)
 """
 from __future__ import annotations
 
@@ -100,8 +100,13 @@ def corrupt_token(original):
 def resume_offset(original):
     @functools.wraps(original)
     def _read(self, plan):
-        if plan.start == "resume":
-            plan.request.tokens_read += self.config.prefill_chunk  # the bug: one chunk too far
+        request, chunk = plan.request, self.config.prefill_chunk
+        if plan.start == "resume" and request.tokens_read + chunk < request.prompt_tokens:
+            # the bug: the resumed read starts one chunk past where it gave way (that chunk is never read)
+            request.tokens_read += chunk
+            chunks = tuple((start + chunk, min(end + chunk, request.prompt_tokens)) for start, end in plan.chunks
+                           if start + chunk < request.prompt_tokens)
+            plan = dataclasses.replace(plan, chunks=chunks)
         return original(self, plan)
     return _read
 
