@@ -1,4 +1,4 @@
-"""`strata-verify`: the CI gate's command line (interleave, determinism, builds).
+"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds).
 
 Each subcommand is a small function: parse options, run the check, hand the Report to `_finish`,
 which prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0 (every check holds),
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from strata_verify import junit, manifest
+from strata_verify import independent, junit, manifest
+from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
 from strata_verify.client import GateError
 from strata_verify.determinism import DeterminismOptions, run_determinism
@@ -154,6 +155,42 @@ def _save(run, path: str) -> Step:
     return Step("determinism", "manifest", INFO, f"saved to {path}")
 
 
+@main.command()
+@click.option("--engine", help="Engine command line (a fresh engine per phase) [default: the interleave check's at --scale 0.05].")
+@click.option("--url", help="URL of a running server instead (both phases share it: not fresh).")
+@click.option("--against", "against_path", type=click.Path(dir_okay=False), default=str(independent.GOLDEN),
+              show_default=True, help="Independent answers file (scripts/make_independent_answers.py).")
+@click.option("--logprob-tol", type=float, default=LOGPROB_TOL, show_default=True,
+              help="Largest |engine - independent| chosen-token logprob (nats) where the tokens agree.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds any one wait may take.")
+@_output_options
+def answers(engine, url, against_path, logprob_tol, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
+    """Long prompts answered solo and together must equal answers made outside this build (transformers, fp64)."""
+    try:
+        options = AnswersOptions(near_tie=near_tie, logprob_tol=logprob_tol, phase_timeout=timeout)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    target = _target(engine, url, default_engine_command(0.05), start_timeout)
+    report = Report(meta={"check": "answers", "engine": target.describe(), "against": against_path})
+    try:
+        reference, expected = independent.load(against_path)
+    except manifest.ManifestError as exc:
+        report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
+        _finish(report, markdown, junit_path, json_path, {})
+    report.meta["expected"] = independent.made_by(reference)
+    raw: dict = {}
+    started = time.monotonic()
+    _progress(f"answers on {target.describe()}")
+    try:
+        run = run_answers(target, reference, expected, options)
+        report.add(*run.steps)
+        raw = run.to_dict()
+    except GateError as exc:
+        _gate_failed(report, exc)
+    report.meta["seconds"] = round(time.monotonic() - started, 1)
+    _finish(report, markdown, junit_path, json_path, raw)
+
+
 _BUILD = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$", re.S)
 
 
@@ -179,11 +216,14 @@ def _build_targets(values: tuple[str, ...], start_timeout: float) -> list[Target
 @click.option("--scale", type=float, default=1.0, show_default=True, help="Interleave sizes, as in `interleave`.")
 @click.option("--tokens", type=int, default=64, show_default=True, help="Tokens per determinism answer.")
 @click.option("--interleave-tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
-@click.option("--only", type=click.Choice(["interleave", "determinism"]), help="Run one check only.")
+@click.option("--only", type=click.Choice(["interleave", "determinism", "answers"]), help="Run one check only.")
+@click.option("--against", "against_path", type=click.Path(dir_okay=False), default=str(independent.GOLDEN),
+              show_default=True, help="Independent answers every build must match (the answers check).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
 @_output_options
-def builds(engines, scale, tokens, interleave_tokens, only, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
-    """Both checks for two builds side by side, and their answers compared with each other."""
+def builds(engines, scale, tokens, interleave_tokens, only, against_path, timeout, near_tie, start_timeout, markdown,
+           junit_path, json_path):
+    """The checks for two builds side by side, their answers compared with each other and the independent ones."""
     targets = _build_targets(engines, start_timeout)
     try:
         iopts = InterleaveOptions(plan=InterleavePlan(scale=scale, answer_tokens=interleave_tokens),
@@ -199,9 +239,17 @@ def builds(engines, scale, tokens, interleave_tokens, only, timeout, near_tie, s
         report.add(step)
         _progress(f"[{step.status}] {step.title}")
 
+    answers = None
+    if only in (None, "answers"):
+        try:
+            reference, expected = independent.load(against_path)
+            answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
+        except manifest.ManifestError as exc:
+            report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
+            _finish(report, markdown, junit_path, json_path, {})
     try:
-        run = run_builds(targets, None if only == "determinism" else iopts, None if only == "interleave" else dopts,
-                         on_step=on_step)
+        run = run_builds(targets, iopts if only in (None, "interleave") else None,
+                         dopts if only in (None, "determinism") else None, on_step=on_step, answers=answers)
         raw = run.to_dict()
     except GateError as exc:
         _gate_failed(report, exc)

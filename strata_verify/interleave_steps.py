@@ -13,6 +13,7 @@ from typing import Any
 from strata_bench.engines.compare import first_difference
 from strata_verify.diverge import compare_answers, logprob_delta
 from strata_verify.interleave import InterleaveRun
+from strata_verify.read_trace import place_to_look, resume_step
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES
 
@@ -30,6 +31,8 @@ def judge(run: InterleaveRun) -> list[Step]:
                 for name in names]
     steps = [_decoders(run), _read_during_decode(run), _give_way(run)]
     steps += [_equal(run, name) for name in NAMES]
+    feed = run.watcher.events if run.watcher is not None and run.watcher.available else None
+    steps.append(resume_step(CHECK, feed, {name: run.interleaved[name].request_id for name in NAMES}))
     steps.append(_logprobs(run))
     return [Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps]
 
@@ -216,8 +219,14 @@ def _equal(run: InterleaveRun, name: str) -> Step:
     evidence = [f"request {name} ({inter.request_id}): {diff.describe()}",
                 f"interleaved tokens {diff.index}..: {inter.token_ids[diff.index:diff.index + 8]}",
                 f"solo tokens {diff.index}..: {solo.token_ids[diff.index:diff.index + 8]}"]
-    return Step(CHECK, step, FAIL, f"differs at token {diff.index}" + (" (near-tie)" if diff.near_tie else ""),
-                tuple(evidence))
+    if run.watcher is not None and run.watcher.available:
+        evidence.append(place_to_look(run.watcher.events, _at(inter.times, diff.index), run.watcher.to_client, run.rel))
+    label = {"near-tie": " (near-tie)", "wrong token": f" (wrong token: {', '.join(diff.wrong)})"}.get(diff.kind, "")
+    return Step(CHECK, step, FAIL, f"differs at token {diff.index}{label}", tuple(evidence))
+
+
+def _at(times: list[float], index: int) -> float | None:
+    return times[index] if 0 <= index < len(times) else None
 
 
 def _logprobs(run: InterleaveRun) -> Step:

@@ -2,7 +2,8 @@
 
 `build(run)` makes the JSON a release keeps (or strata_verify/golden/ commits); `load(path)` refuses
 a missing, empty or malformed file, or one with zero answers, with a ManifestError naming the problem;
-`compare(manifest, run)` gives one step per prompt and names each prompt whose answer differs.
+`compare(manifest, run)` gives one step per prompt, checks every run (not only the first) and names
+each prompt, and each run, whose answer differs.
 """
 from __future__ import annotations
 
@@ -96,6 +97,29 @@ class _Stored:
         self.top_logprobs: list = []
 
 
+def _compare_prompt(name: str, entry: dict[str, Any], answers: list[Any], label: str, build_name: str | None) -> Step:
+    """Every run's answer to one prompt against the manifest's: each differing run is named."""
+    step = f"{name} matches {label}"
+    evidence = [f"{label}: sha256 {entry['sha256']}"]
+    differing = []
+    for index, answer in enumerate(answers):
+        mine = answer_hash(answer.token_ids)
+        evidence.append(f"run {index + 1}: sha256 {mine}")
+        if mine == entry["sha256"]:
+            continue
+        differing.append(f"run {index + 1}")
+        if entry.get("token_ids"):
+            diff = compare_answers(left_name=f"run {index + 1}", left=answer, right_name=label, right=_Stored(entry))
+            evidence.append(diff.describe() if diff else "token ids equal but hashes differ (manifest edited by hand?)")
+        mine_prompt = answer_hash(answer.prompt_token_ids) if answer.prompt_token_ids else None
+        if entry.get("prompt_sha256") and mine_prompt and mine_prompt != entry["prompt_sha256"]:
+            evidence.append(f"run {index + 1}: the prompt's token ids differ too: the builds tokenize it differently")
+    if not differing:
+        return Step(CHECK, step, PASS, f"sha256 {entry['sha256']} in all {len(answers)} runs", tuple(evidence), build_name)
+    return Step(CHECK, step, FAIL, f"answer to {name} differs from {label} in {' and '.join(differing)}",
+                tuple(evidence), build_name)
+
+
 def compare(manifest: dict[str, Any], run: DeterminismRun, label: str) -> list[Step]:
     """One step per prompt of this run against the manifest, plus settings and environment steps."""
     build_name = run.target.name if run.target.name != "engine" else None
@@ -104,30 +128,20 @@ def compare(manifest: dict[str, Any], run: DeterminismRun, label: str) -> list[S
         return [Step(CHECK, f"against {label}", FAIL, f"the manifest was made with max_tokens={manifest['max_tokens']}, "
                      f"this run used {run.options.tokens}: rerun with --tokens {manifest['max_tokens']}", build=build_name)]
     stored = {entry["name"]: entry for entry in manifest["answers"]}
-    ours = run.runs[0] if run.runs else {}
+    runs = run.runs or [{}]
     prompts = dict(run.options.prompts)
-    for name in sorted(set(stored) | set(ours)):
+    for name in sorted(set(stored).union(*runs)):
         step = f"{name} matches {label}"
-        if name not in ours or name not in stored:
-            where = "this run" if name not in ours else label
+        missing = [f"run {i + 1}" for i, answers in enumerate(runs) if name not in answers]
+        if missing or name not in stored:
+            where = ", ".join(missing) if missing else label
             steps.append(Step(CHECK, step, FAIL, f"prompt {name} is missing from {where}", build=build_name))
             continue
-        entry, answer = stored[name], ours[name]
+        entry = stored[name]
         if entry.get("prompt") is not None and entry["prompt"] != prompts.get(name):
             steps.append(Step(CHECK, step, FAIL, f"prompt {name} differs from {label}'s: {entry['prompt']!r}", build=build_name))
             continue
-        mine = answer_hash(answer.token_ids)
-        evidence = [f"this build: sha256 {mine}", f"{label}: sha256 {entry['sha256']}"]
-        if mine == entry["sha256"]:
-            steps.append(Step(CHECK, step, PASS, f"sha256 {mine}", tuple(evidence), build_name))
-            continue
-        if entry.get("token_ids"):
-            diff = compare_answers(left_name="this build", left=answer, right_name=label, right=_Stored(entry))
-            evidence.append(diff.describe() if diff else "token ids equal but hashes differ (manifest edited by hand?)")
-        mine_prompt = answer_hash(answer.prompt_token_ids) if answer.prompt_token_ids else None
-        if entry.get("prompt_sha256") and mine_prompt and mine_prompt != entry["prompt_sha256"]:
-            evidence.append("the prompt's token ids differ too: the builds tokenize it differently")
-        steps.append(Step(CHECK, step, FAIL, f"answer to {name} differs from {label}", tuple(evidence), build_name))
+        steps.append(_compare_prompt(name, entry, [answers[name] for answers in runs], label, build_name))
     env_then, env_now = manifest.get("environment") or {}, fingerprint(run.info)
     changed = [f"{key}: {env_then.get(key)!r} -> {env_now.get(key)!r}"
                for key in ("torch", "device", "dtype", "model", "engine_version", "python", "machine")

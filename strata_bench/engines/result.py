@@ -25,6 +25,7 @@ class StreamResult:
     ids_given: bool | None = None  # the server returned token ids (None: decided from token_ids)
     logprobs: list[float | None] = field(default_factory=list)
     top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+    token_texts: list[str | None] = field(default_factory=list)  # each chosen token as top_logprobs keys it
     text: str = ""
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
@@ -59,7 +60,8 @@ class StreamResult:
         return sum(1 for t in self.times if start <= t <= end)
 
     def add_tokens(self, count: int, at: float, ids: list[int] | None,
-                   logprobs: list[float | None] | None = None, tops: list[dict[str, float] | None] | None = None) -> None:
+                   logprobs: list[float | None] | None = None, tops: list[dict[str, float] | None] | None = None,
+                   texts: list[str | None] | None = None) -> None:
         if count <= 0:
             return
         self.times.extend([at] * count)
@@ -70,6 +72,7 @@ class StreamResult:
             for i in range(count):
                 self.logprobs.append(logprobs[i] if logprobs and i < len(logprobs) else None)
                 self.top_logprobs.append(tops[i] if tops and i < len(tops) else None)
+                self.token_texts.append(texts[i] if texts and i < len(texts) else None)
 
     def check_end(self) -> None:
         """A stream that ends without a finish_reason ended early: an error, never a finish."""

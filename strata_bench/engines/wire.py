@@ -72,10 +72,10 @@ def _openai_event(result: StreamResult, payload: dict[str, Any], arrived: float)
     for choice in payload.get("choices") or []:
         count, ids, text = choice_tokens(choice)
         lp = choice.get("logprobs")
-        logprobs = tops = None
+        logprobs = tops = texts = None
         if isinstance(lp, dict) and isinstance(lp.get("token_logprobs"), list):
-            logprobs, tops = lp["token_logprobs"], lp.get("top_logprobs") or []
-        result.add_tokens(count, arrived, ids, logprobs, tops)
+            logprobs, tops, texts = lp["token_logprobs"], lp.get("top_logprobs") or [], lp.get("tokens")
+        result.add_tokens(count, arrived, ids, logprobs, tops, texts)
         result.text += text
         if choice.get("prompt_token_ids") is not None:
             result.prompt_token_ids = [int(i) for i in choice["prompt_token_ids"]]
@@ -96,7 +96,8 @@ def _llama_event(result: StreamResult, payload: dict[str, Any], arrived: float) 
         ids = [int(i) for i in ids]
     else:
         count, ids = (len(probs) if isinstance(probs, list) and probs else (1 if text else 0)), None
-    result.add_tokens(count, arrived, ids, logprobs, tops)
+    texts = [str(i) for i in ids] if ids is not None and tops is not None else None  # tops are keyed by id here
+    result.add_tokens(count, arrived, ids, logprobs, tops, texts)
     result.text += text
     if payload.get("stop"):
         result.finish_reason = _LLAMA_STOP.get(str(payload.get("stop_type")))

@@ -62,7 +62,7 @@ def test_interleave_passes_on_a_correct_engine(scenario):
     assert "C read in 4 pieces" in out.stdout and "D gave way at" in out.stdout
     root = ET.parse(tmp / "pass.xml").getroot()
     assert sum(int(s.get("failures")) for s in root.iter("testsuite")) == 0
-    assert sum(int(s.get("tests")) for s in root.iter("testsuite")) == 9
+    assert sum(int(s.get("tests")) for s in root.iter("testsuite")) == 10  # 3 interleavings, 5 equalities, resume offsets, logprobs
 
 
 def test_perturbed_interleaved_token_fails_with_its_index(scenario):
@@ -82,7 +82,9 @@ def test_perturbed_interleaved_token_fails_with_its_index(scenario):
 def test_an_engine_that_never_yields_fails_the_give_way_as_not_exercised(scenario):
     out, _ = scenario("no-yield")
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
+    # A loaded machine can see D's READ_START late and send E after D's read: not exercised either way.
+    assert ("[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
+            or "[NOT EXERCISED] interleave: D gives way to E: E was sent after D's read had ended" in out.stdout), out.stdout
     assert "C interleaved == solo: 16 tokens equal" in out.stdout  # the text itself was fine
 
 

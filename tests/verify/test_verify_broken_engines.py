@@ -1,0 +1,70 @@
+"""The gate against the real engine with one realistic bug patched in (broken_engine.py): each bug
+fails the gate with a message naming the check and the request; the unmodified engine passes.
+
+Slow: each test starts real engines on the bundled tiny model (CPU) at CI scale.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from strata_verify.requests import default_engine_command
+
+from .support import HERE, PY, verify
+
+pytestmark = pytest.mark.slow
+
+CI_SCALE = 0.05
+PIECES = default_engine_command(CI_SCALE)  # env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 ...
+
+
+def broken(bug: str) -> str:
+    """The default CI engine command with `strata-engine` replaced by the broken engine."""
+    return PIECES.replace("strata-engine", f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug {bug} --", 1)
+
+
+def failed_lines(out) -> list[str]:
+    return [line for line in out.stdout.splitlines() if line.startswith("[    FAIL     ]")]
+
+
+def test_the_unmodified_engine_matches_the_independent_answers():
+    out = verify("answers", timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("== independent: 32 tokens equal") == 6
+    assert "answers: resume offsets:" in out.stdout  # 1 resumed read, or none on a loaded machine (info)
+
+
+def test_a_prefix_attention_bug_in_every_mode_fails_the_answers_check():
+    out = verify("answers", "--engine", broken("prefix-attention"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    fails = failed_lines(out)
+    for phase in ("solo", "together"):  # every mode shares the bug, and every mode is caught
+        assert any(f"answers: L1 {phase}" in line and "request L1" in line for line in fails), out.stdout
+
+
+def test_a_piece_path_bug_shared_by_solo_and_interleaved_fails_the_answers_check():
+    out = verify("answers", "--engine", broken("piece-start"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert any(line.startswith("[    FAIL     ] answers: L1 solo == independent: request L1 differs")
+               for line in failed_lines(out)), out.stdout
+    assert "answers: S solo == independent: 32 tokens equal" in out.stdout  # one chunk and a tail: never mid-prompt early
+
+
+def test_a_corrupted_token_keeping_its_logprob_is_a_wrong_token_not_a_near_tie():
+    out = verify("interleave", "--scale", str(CI_SCALE), "--engine", broken("corrupt-token"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = next(line for line in failed_lines(out) if "interleave: C interleaved == solo" in line)
+    assert "differs at token 3 (wrong token: interleaved)" in line
+    assert "near-tie:" not in out.stdout and "is not its own top-1" in out.stdout
+    assert "place to look: the engine's last event before that token" in out.stdout
+
+
+def test_a_resume_offset_error_fails_the_resume_offsets_step_naming_the_request():
+    out = verify("interleave", "--scale", str(CI_SCALE), "--engine", broken("resume-offset"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert any("interleave: resume offsets: request D:" in line for line in failed_lines(out)), out.stdout
+    # D gives way at a piece boundary (512 unless a loaded machine sends E late); it resumes one chunk on
+    yielded, resumed = map(int, re.search(r"YIELDED at (\d+) tokens, then RESUME tokens_read=(\d+)", out.stdout).groups())
+    assert resumed == yielded + 512, out.stdout
