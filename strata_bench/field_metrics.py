@@ -23,6 +23,7 @@ DEFINITIONS: dict[str, str] = {
               "requests pooled (vLLM's ITL, AIPerf's inter-chunk latency); one event with k tokens is one gap",
     "latency_ms": "request latency: the end of the stream ([DONE]) minus the send time, per request (vLLM E2EL)",
     "output_tokens": "output tokens per request: tokens counted in the stream's events",
+    "input_tokens": "input tokens per request: the server's usage.prompt_tokens where given, else the length sent",
     "duration_s": "run duration: last completed request's end minus the first request's send",
     "request_throughput": "request throughput: completed requests / run duration",
     "output_throughput": "output token throughput: all output tokens of completed requests / run duration",
@@ -88,6 +89,13 @@ def completed(request: dict[str, Any]) -> bool:
             and request.get("first_token_at") is not None and (request.get("output_tokens") or 0) > 0)
 
 
+def input_tokens(request: dict[str, Any]) -> int:
+    """The server's count (usage.prompt_tokens) where it gave one, else the length drawn: text prompts are
+    words, about one token each on common tokenizers but several on a byte-level one."""
+    served = (request.get("usage") or {}).get("prompt_tokens")
+    return int(served) if isinstance(served, int) else int(request.get("input_tokens") or 0)
+
+
 def request_times(request: dict[str, Any]) -> RequestTimes:
     """The figures of one completed request record (see `completed`)."""
     if not completed(request):
@@ -115,7 +123,7 @@ def run_metrics(requests: Sequence[dict[str, Any]], slo: SLO | None = None) -> d
     done = [r for r in requests if completed(r)]
     times = [request_times(r) for r in done]
     out: dict[str, Any] = {"completed": len(done), "failed": len(requests) - len(done),
-                           "input_tokens": int(sum(r.get("input_tokens") or 0 for r in done)),
+                           "input_tokens": int(sum(input_tokens(r) for r in done)),
                            "output_tokens_total": int(sum(t.output_tokens for t in times))}
     sends = [r["sent_at"] for r in requests if r.get("sent_at") is not None]
     ends = [r["ended_at"] for r in done]
@@ -130,6 +138,7 @@ def run_metrics(requests: Sequence[dict[str, Any]], slo: SLO | None = None) -> d
     out["itl_ms"] = distribution([g for t in times for g in t.gaps_s])
     out["latency_ms"] = distribution([t.latency_s for t in times])
     out["output_tokens"] = distribution([float(t.output_tokens) for t in times], scale=1.0)
+    out["input_tokens_per_request"] = distribution([float(input_tokens(r)) for r in done], scale=1.0)
     out["per_user_tps"] = distribution([1.0 / v for v in tpots if v > 0], scale=1.0)
     if slo is not None and slo.any:
         good = sum(1 for t in times if slo.met_by(t))

@@ -14,25 +14,28 @@ from typing import Any
 from tabulate import tabulate
 
 from .field_metrics import DEFINITIONS, SLO, run_metrics
+from .load import LoadShape
 from .results import ResultsDir
 from .stats import compare_paired, summarize
 from .tables import comparison_line, fmt_value
 
 # (figure key, column label, unit, better direction)
 SWEEP_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
-    ("request_throughput", "requests/s", "", "higher"),
+    ("request_throughput", "requests/s", "req/s", "higher"),
     ("output_throughput", "output tok/s", "tok/s", "higher"),
-    ("goodput", "goodput req/s", "", "higher"),
+    ("goodput", "goodput req/s", "req/s", "higher"),
     ("ttft_ms.p50", "TTFT p50 ms", "ms", "lower"),
     ("ttft_ms.p99", "TTFT p99 ms", "ms", "lower"),
     ("tpot_ms.p50", "TPOT p50 ms", "ms", "lower"),
+    ("tpot_ms.p99", "TPOT p99 ms", "ms", "lower"),
     ("itl_ms.p50", "ITL (pooled gaps) p50 ms", "ms", "lower"),
     ("itl_ms.p99", "ITL (pooled gaps) p99 ms", "ms", "lower"),
     ("latency_ms.p50", "latency p50 ms", "ms", "lower"),
     ("latency_ms.p99", "latency p99 ms", "ms", "lower"),
 )
 PERCENTILE_ROWS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("itl_ms", "ITL, pooled gaps (ms)"),
-                   ("latency_ms", "request latency (ms)"), ("output_tokens", "output tokens"),
+                   ("latency_ms", "request latency (ms)"), ("input_tokens_per_request", "input tokens"),
+                   ("output_tokens", "output tokens"),
                    ("per_user_tps", "output tok/s per user"))
 PERCENTILE_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -83,8 +86,6 @@ def build_load_report(results: ResultsDir, *, baseline: str | None = None, slo: 
 
 
 def _label(point: dict[str, Any]) -> str:
-    from .load import LoadShape
-
     return LoadShape.from_dict(point).label
 
 

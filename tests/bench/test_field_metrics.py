@@ -108,3 +108,11 @@ def test_keepalive_reuses_one_connection_per_worker_and_reads_every_response_who
     assert not any(r["reused_connection"] for r in fresh["requests"])
     for run in (kept, fresh):
         assert all(r["error"] is None and r["output_tokens"] == 6 and not r["warnings"] for r in run["requests"])
+
+
+def test_input_tokens_are_the_servers_count_where_it_gave_one():
+    # text prompts are words: a byte-level server counts several tokens a word, and says so in usage
+    counted = record(0.0, [1.0, 2.0], usage={"prompt_tokens": 37, "completion_tokens": 2})
+    m = run_metrics([counted, record(0.0, [1.0, 2.0])])
+    assert m["input_tokens"] == 37 + 10
+    assert m["input_tokens_per_request"]["max"] == 37 and m["input_tokens_per_request"]["min"] == 10
