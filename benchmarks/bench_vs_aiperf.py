@@ -36,14 +36,16 @@ FIGURES = (("ttft_ms", "TTFT p50 (ms)", "time_to_first_token"), ("tpot_ms", "TPO
            ("latency_ms", "request latency p50 (ms)", "request_latency"),
            ("output_throughput", "output token throughput (tok/s)", "output_token_throughput"))
 WHY = {
-    "ttft_ms": "both stamp the send before taking a connection and the first content event's arrival; a gap here is "
-               "one client's own overhead (AIPerf runs its workers in other processes; strata-bench stamps at select())",
-    "tpot_ms": "both are (latency - TTFT) / (tokens - 1); AIPerf counts tokens by re-tokenizing the text (or the "
-               "server's usage with --use-server-token-count), strata-bench counts the ids in the events",
-    "latency_ms": "AIPerf ends a request at its last SSE message, strata-bench at [DONE]: the usage event and [DONE] "
-                  "follow the last token by microseconds, so a gap is client overhead",
-    "output_throughput": "both divide output tokens by (last response - first send); AIPerf's window includes its "
-                         "credit issuing across worker processes, strata-bench's only its own event loop",
+    "ttft_ms": "same definition (send time taken before a connection is taken, to the first token-carrying event); "
+               "a gap is one client's own overhead or the server's speed at that time (the rounds alternate so drift "
+               "hits both)",
+    "tpot_ms": "same definition, (latency - TTFT) / (OSL - 1), checked below on AIPerf's own records; TPOT hangs on the "
+               "server's decode speed alone, so a gap means the server ran at another speed under each tool (where "
+               "client and engine share CPU cores, AIPerf's controller, workers and record processors take CPU from it)",
+    "latency_ms": "AIPerf ends a request at its last SSE message, strata-bench at [DONE], microseconds apart: a gap is "
+                  "the server's speed or client overhead, as for TPOT",
+    "output_throughput": "same definition, output tokens / (last end - first send), checked below; with both loops full "
+                         "(requests in flight = the concurrency), a gap is the server's speed",
 }
 
 
