@@ -76,10 +76,47 @@ def run_strata_bench(url: str, args: argparse.Namespace, round_index: int, workd
     config = LoadConfig(arms=(Arm("strata", url=url),), points=(shape,), keepalive=True, warmup=args.warmup,
                         workload=Workload(LengthSpec.parse(str(args.input_len)), LengthSpec.parse(str(args.output_len)),
                                           seed=1000 + round_index))
+    cpu = time.process_time()
     run = run_stamped(drive_load(url, shape, config, f"vs-aiperf-r{round_index}"))
+    cpu = time.process_time() - cpu
     (workdir / f"strata-bench-r{round_index}.json").write_text(json.dumps(run))  # raw first, as the bench does
     m = run_metrics(run["requests"])
-    return {key: (m[key] if key == "output_throughput" else (m[key] or {}).get("p50")) for key, _, _ in FIGURES}
+    out = {key: (m[key] if key == "output_throughput" else (m[key] or {}).get("p50")) for key, _, _ in FIGURES}
+    return {**out, "client_cpu_per_s": cpu / m["duration_s"] if m["duration_s"] else None}
+
+
+class TreeCPU:
+    """CPU seconds of a process and its descendants, sampled twice a second with wall-clock stamps (psutil), so
+    the CPU a client spent inside its measured window can be read off afterwards."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        import psutil
+
+        self.root, self.samples, self.done = psutil.Process(pid), [], threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        seen: dict[int, float] = {}
+        while not self.done.wait(0.5):
+            try:
+                for proc in [self.root, *self.root.children(recursive=True)]:
+                    try:
+                        t = proc.cpu_times()
+                        seen[proc.pid] = t.user + t.system
+                    except Exception:  # gone between listing and reading: its last sample stands
+                        pass
+            except Exception:
+                pass
+            self.samples.append((time.time(), sum(seen.values())))
+
+    def within(self, start: float, end: float) -> float | None:
+        self.done.set()
+        self.thread.join()
+        inside = [c for t, c in self.samples if start <= t <= end]
+        return (inside[-1] - inside[0]) / (end - start) if len(inside) >= 2 and end > start else None
 
 
 def run_aiperf(exe: str, url: str, tokenizer: Path, args: argparse.Namespace, round_index: int,
@@ -96,7 +133,14 @@ def run_aiperf(exe: str, url: str, tokenizer: Path, args: argparse.Namespace, ro
     # Not HF_HUB_OFFLINE: AIPerf then looks the name up in the hub cache, which a local path is not in; an
     # absolute path is loaded from disk as it is, with no hub request.
     env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    cpu = TreeCPU(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    proc = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     exports = sorted(glob.glob(str(artifacts / "**" / "profile_export_aiperf.json"), recursive=True))
     if proc.returncode != 0 or not exports:
         tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-15:])
@@ -107,6 +151,11 @@ def run_aiperf(exe: str, url: str, tokenizer: Path, args: argparse.Namespace, ro
     for key, _, tag in FIGURES:
         entry = records.get(tag) or {}
         out[key] = entry.get("avg") if key == "output_throughput" else entry.get("p50")
+    exported = [json.loads(line)["metadata"] for line in next(artifacts.glob("**/profile_export.jsonl")).read_text().splitlines()
+                if line.strip()]
+    measured = [m for m in exported if m.get("benchmark_phase") == "profiling"]
+    out["client_cpu_per_s"] = cpu.within(min(m["request_start_ns"] for m in measured) / 1e9,
+                                         max(m["request_end_ns"] for m in measured) / 1e9)
     return out
 
 
@@ -200,6 +249,11 @@ def report(rows: dict[str, list[dict[str, float | None]]], args: argparse.Namesp
         if not agree:
             disagreements.append(f"- {label}: {diff:+.1%}. {WHY[key]}")
     print("\n" + ("\n".join(disagreements) if disagreements else f"Every median agrees within {args.tolerance:.0%}."))
+    cpu = {tool: [r.get("client_cpu_per_s") for r in rows[tool] if r.get("client_cpu_per_s") is not None] for tool in rows}
+    if all(cpu.values()):
+        print("\nClient CPU inside the measured window (CPU seconds per second, median over rounds; the engine shares "
+              f"these cores): strata-bench {statistics.median(cpu['strata-bench']):.2f}, "
+              f"AIPerf {statistics.median(cpu['aiperf']):.2f}")
     return 0
 
 

@@ -141,7 +141,6 @@ async def drive_load(url: str, shape: LoadShape, config: LoadConfig, run_id: str
             prepared = config.workload.request(10**9 + w, server)
             await send_request(pool, prepared.path, prepared.body, RequestResult(f"warmup{w}", "warmup", prepared.input_tokens))
         records: dict[int, dict[str, Any]] = {}
-        origin = [0.0]
 
         async def send(index: int, offset: float) -> dict[str, Any]:
             prepared = config.workload.request(index, server)
@@ -153,10 +152,9 @@ async def drive_load(url: str, shape: LoadShape, config: LoadConfig, run_id: str
 
         opened_before = pool.opened
         outcome = await run_load(shape, send)
-        origin[0] = outcome["started"]
     finally:
         pool.close()
-    requests = [_request_record(records[i], origin[0]) for i in sorted(records)]
+    requests = [_request_record(records[i], outcome["started"]) for i in sorted(records)]
     errors = sum(1 for r in requests if r["error"])
     return {"status": "errors" if errors else "ok", "server": info.to_dict(),
             "prompt_mode": config.workload.prompt_mode(server), "issued": outcome["issued"],
