@@ -34,6 +34,20 @@ class MetricSpec:
     better: str | None  # "lower", "higher", or None for a descriptive count (engine events)
 
 
+# One line per metric, printed under every report (the load runs' field metrics have their own: field_metrics.py).
+DEFINITIONS = {
+    "longest_pause_s": "longest pause of a stream: the largest gap between a stream's tokens after the anchor",
+    "total_paused_s": "total time paused per stream: per stream the sum of its gaps over the threshold, mean over streams",
+    "tokens_meanwhile": "tokens the streams got meanwhile: stream tokens from the first joiner's send to the last "
+                        "joiner's first token",
+    "ttft_s": "TTFT: a joiner's first token arrival minus its send time",
+    "token_rate": "stream token rate after the anchor: tokens arriving after every stream decodes (+ settle_s) over "
+                  "(last token - anchor); not throughput, which counts every token over the whole run",
+    "itl_ms": "inter-token latency (pooled gaps): percentiles of every gap between the streams' tokens after the "
+              "anchor, pooled (vLLM's ITL); not AIPerf's ITL, a per-request average",
+}
+
+
 def metric_specs(scenario: dict[str, Any], has_events: bool,
                  measured: dict[str, str] | None = None) -> list[MetricSpec]:
     """The report's rows for a scenario (its JSON dict), in the spec's order. `measured` names each
@@ -57,10 +71,10 @@ def metric_specs(scenario: dict[str, Any], has_events: bool,
             specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}{size}: TTFT", "s", "lower"))
     if has_streams:  # without streams a run is a few joiner tokens: no rate or latency worth a row
         specs += [
-            MetricSpec("token_rate", "token rate of the run", "tok/s", "higher"),
-            MetricSpec("itl_p50_ms", "inter-token latency p50", "ms", "lower"),
-            MetricSpec("itl_p99_ms", "inter-token latency p99", "ms", "lower"),
-            MetricSpec("itl_max_ms", "inter-token latency max", "ms", "lower"),
+            MetricSpec("token_rate", "stream token rate after the anchor", "tok/s", "higher"),
+            MetricSpec("itl_p50_ms", "inter-token latency p50 (pooled gaps)", "ms", "lower"),
+            MetricSpec("itl_p99_ms", "inter-token latency p99 (pooled gaps)", "ms", "lower"),
+            MetricSpec("itl_max_ms", "inter-token latency max (pooled gaps)", "ms", "lower"),
         ]
     if has_events:
         specs += [MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS]

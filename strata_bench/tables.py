@@ -91,11 +91,22 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += _problems(scenario, arms)
         if any(v is not None for m in scenario["metrics"] for vs in m["values"].values() for v in vs):
             out += ["", f"### {scenario['name']}: run-to-run spread", "", _spread_table(scenario, arms, repeat)]
+    out += _definitions(report)
     if report.get("tokens"):
         out += ["", report["tokens"]["summary"]]
     else:
         out += ["", "Greedy tokens: not compared (--cold-per-arm gives each arm its own prompts)."]
     return "\n".join(out) + "\n"
+
+
+def _definitions(report: dict[str, Any]) -> list[str]:
+    """One line per metric family the tables showed (metrics.DEFINITIONS)."""
+    from .metrics import DEFINITIONS
+
+    shown = {m["key"].split(".")[0] for s in report["scenarios"] for m in s["metrics"]}
+    family = {"itl_p50_ms": "itl_ms", "itl_p99_ms": "itl_ms", "itl_max_ms": "itl_ms"}
+    keys = dict.fromkeys(family.get(k, k) for k in shown if family.get(k, k) in DEFINITIONS)
+    return ["", "Definitions:"] + [f"- {DEFINITIONS[k]}" for k in DEFINITIONS if k in keys] if keys else []
 
 
 def _runs_cell(runs: dict[str, Any]) -> str:

@@ -43,9 +43,12 @@ def test_run_report_plot_on_synthetic_arms(tmp_path, tiny_scenario):
     header = next(line for line in r.stdout.splitlines() if line.startswith("|") and "release" in line)
     assert header.split("|")[2].strip() == "release" and header.split("|")[3].strip() == "pieces"
     for label in ("longest pause of a stream", "total time paused per stream", "tokens the streams got meanwhile",
-                  "the big prompt: TTFT", "small: TTFT", "token rate of the run", "inter-token latency p99"):
+                  "the big prompt: TTFT", "small: TTFT", "stream token rate after the anchor", "inter-token latency p99"):
         assert any(line.startswith(f"| {label}") for line in r.stdout.splitlines()), label
     assert "pieces lower in" in r.stdout and "sign test p=" in r.stdout and "bootstrap CI" in r.stdout
+    # every report defines its figures, one line each; the rate says it is not throughput
+    assert "Definitions:" in r.stdout and "- stream token rate after the anchor:" in r.stdout
+    assert "not throughput" in r.stdout and "- inter-token latency (pooled gaps):" in r.stdout
     assert "Greedy tokens: every arm gave the same tokens" in r.stdout
     assert (out / "report.md").read_text() == r.stdout.rstrip("\n") + "\n"
 

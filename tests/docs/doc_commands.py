@@ -178,6 +178,11 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_client_overhead.py --streams 64 --itl-ms 20 --tokens 200": Run(),
     ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050-ts4": Run(PRESET_SMALL),
     ".venv/bin/strata-bench report bench-out/pr2050-ts4": Run(),
+    ".venv/bin/strata-bench load --arm strata='strata-engine serve --batch 8' --concurrency 1,2,4,8 --requests 16 --warmup 1 --input-len 256 --output-len 64 --keepalive --slo-ttft-ms 1000 --slo-tpot-ms 100 --out bench-out/load-sweep":
+        Run(((r"--concurrency 1,2,4,8", "--concurrency 1,2"), (r"--requests 16", "--requests 2"), (r"--output-len 64", "--output-len 4"))),
+    ".venv/bin/strata-bench load-report bench-out/load-sweep --plot bench-out/load-sweep/sweep.png": Run(),
+    ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf":
+        Skip(MINUTES + "; without AIPerf it prints that it skipped (tests/bench/test_vs_aiperf_parts.py)"),
     # docs/SERVER.md
     "strata-engine serve": Serve(),
     "strata-engine serve --executor sim --port 0": Serve(),
