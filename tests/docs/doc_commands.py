@@ -127,6 +127,9 @@ ONE_REPEAT = (r"--repeat [0-9]+", "--repeat 1")
 NO_DEMO_REPEATS = (r"strata-bench demo$", "strata-bench demo --repeat 1 --scale 0.5")
 OWN_INSTALL = (r"^bash scripts/install.sh", 'bash "$STRATA_ROOT/scripts/install.sh"')  # never an editable install of the scratch copy
 INSTALLED = "CI runs it itself: .ci/run is the README's test command"
+LLAMA_SERVER = ("a llama-server session built by scripts/install_llama_cpp.sh (a shell variable, a server left in the "
+                "background); tests/bench/test_llama_cpp.py and tests/verify/test_llama_cpp_verify.py run the same bench "
+                "and gate against a real llama-server")
 SEVERAL_HOSTS = ("several hosts at 10.0.0.1 with GPUs; tests/engine/test_dist_rendezvous.py runs the same env:// "
                  "rendezvous with separate commands (and torchrun) on one host")
 MINUTES = "a measurement that takes minutes at the size the docs report; its numbers sit beside it"
@@ -165,9 +168,20 @@ CHECKS: dict[str, object] = {
         "torchrun $A --node-rank 1 -m strata_engine.cli stage",
         "torchrun $A --node-rank 2 -m strata_engine.cli stage",
     )},
+    # docs/ENGINES.md
+    "bash scripts/install_llama_cpp.sh": Skip("CI runs it itself (.ci/run), before the tests"),
+    ".venv/bin/python -m strata_engine.model.gguf_export /tmp/strata-tiny-moe.gguf": Run(((r"/tmp/strata-tiny-moe.gguf", "strata-tiny-moe.gguf"),)),
+    **{command: Skip(LLAMA_SERVER) for command in (
+        "LS=~/.cache/strata/llama.cpp-0.3.36/build/bin/llama-server",
+        ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
+        "$LS -m /tmp/strata-tiny-moe.gguf --port 8090 --parallel 4 -c 32768 --no-kv-unified &",
+        ".venv/bin/strata-verify interleave --url http://127.0.0.1:8090 --scale 0.05",
+        ".venv/bin/strata-verify determinism --url http://127.0.0.1:8090 --against strata_verify/golden/reference-cpu.json",
+    )},
     # docs/MODEL.md
     ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
+    ".venv/bin/python benchmarks/bench_model.py --repeats 3 --decode-steps 32 --out bench-out/bench_model.json": Run(((r"--repeats 3", "--repeats 1"),)),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
     # docs/BENCH.md
     ".venv/bin/strata-bench demo": Run((NO_DEMO_REPEATS,)),
@@ -205,6 +219,8 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_http_overhead.py --render bench-out/http_overhead.json": Run(),
     # docs/VERIFY.md
     "strata-verify interleave --scale 0.05": Run(),
+    "strata-verify answers": Run(),
+    ".venv/bin/strata-verify answers --junit runs/verify/answers.xml": Run(),
     "strata-verify determinism --against strata_verify/golden/reference-cpu.json": Run(),
     "strata-verify builds --engine release='strata-engine serve' --engine piece='env STRATA_PIPED_READ_PIECE=16384 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 65536'": Run(((r"--ctx 65536'$", "--ctx 65536' --scale 0.05"),)),
     ".venv/bin/strata-verify interleave --scale 0.05 --junit runs/verify/interleave.xml": Run(),
