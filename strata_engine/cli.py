@@ -237,6 +237,30 @@ def stage(model: str | None, device: str | None, local_rank: int | None, parent_
     sys.exit(run_stage_rank(model, device, local_rank, parent_pid, rendezvous_timeout))
 
 
+@main.command()
+@click.option("--gguf", "out", type=click.Path(dir_okay=False), required=True, help="The GGUF file to write.")
+@click.option("--model", default="strata-tiny-moe", show_default=True, help="Model name or directory to export.")
+@click.option("--dtype", type=click.Choice(["f32"]), default="f32", show_default=True,
+              help="Tensor type in the file (f32: the checkpoint's f16 values widened exactly).")
+def export(out: str, model: str, dtype: str) -> None:
+    """Write MODEL as a GGUF file that llama.cpp serves with our greedy tokens (docs/ENGINES.md)."""
+    from .model.gguf_export import ExportError, export_gguf
+
+    try:
+        path = export_gguf(model, out)
+    except ModuleNotFoundError as err:
+        raise click.ClickException(f"{err}: the gguf package comes with llama.cpp (bash scripts/install_llama_cpp.sh)")
+    except ExportError as err:
+        raise click.ClickException(str(err)) from None
+    from .model.weights import read_config, resolve_model_path
+
+    window = read_config(resolve_model_path(model)).sliding_window
+    if window:
+        click.echo(f"note: llama.cpp's qwen3moe applies no sliding window; its answers equal ours while prompt and "
+                   f"output stay within {window} tokens", err=True)
+    click.echo(path)
+
+
 if __name__ == "__main__":  # python -m strata_engine.cli
     main()
 

@@ -172,7 +172,7 @@ CHECKS: dict[str, object] = {
     )},
     # docs/ENGINES.md
     "bash scripts/install_llama_cpp.sh": Skip("CI runs it itself (.ci/run), before the tests"),
-    ".venv/bin/python -m strata_engine.model.gguf_export /tmp/strata-tiny-moe.gguf": Run(((r"/tmp/strata-tiny-moe.gguf", "strata-tiny-moe.gguf"),)),
+    ".venv/bin/strata-engine export --gguf /tmp/strata-tiny-moe.gguf": Run(((r"/tmp/strata-tiny-moe.gguf", "strata-tiny-moe.gguf"),)),
     **{command: Skip(LLAMA_SERVER) for command in (
         "LS=~/.cache/strata/llama.cpp-0.3.36/build/bin/llama-server",
         ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",

@@ -1,0 +1,36 @@
+"""`strata-engine export --gguf`: the real console script writes a GGUF file llama.cpp can read, says what
+llama.cpp will not honour (the sliding window), and names a missing dependency or an unsupported model."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
+pytestmark = pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed")
+
+
+def export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EXE, "export", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_export_writes_a_gguf_file_and_names_the_window_llama_cpp_ignores(tmp_path):
+    pytest.importorskip("gguf", reason="the gguf package comes with llama.cpp: bash scripts/install_llama_cpp.sh")
+    out = tmp_path / "tiny.gguf"
+    result = export("--gguf", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(out) and out.read_bytes()[:4] == b"GGUF"
+    assert "applies no sliding window" in result.stderr and "1024 tokens" in result.stderr
+
+
+def test_an_unsupported_model_is_refused_naming_why(tmp_path):
+    pytest.importorskip("gguf", reason="the gguf package comes with llama.cpp: bash scripts/install_llama_cpp.sh")
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 258}))
+    result = export("--gguf", str(tmp_path / "x.gguf"), "--model", str(model))
+    assert result.returncode == 1 and "only qwen3_moe is exported" in result.stderr
