@@ -62,8 +62,8 @@ def prefix_attention(original):
     def attend_row(q, keys, values, positions, consecutive, *rest, **kwargs):
         tokens, length = q.shape[2], keys.shape[2]
         start = length - tokens
-        windowed = any(w is not None for w in (*rest, *kwargs.values()))  # a sliding window: not this bug's path
-        if tokens == 1 or start <= 0 or windowed:
+        window = rest[0] if rest else kwargs.get("window")
+        if tokens == 1 or start <= 0 or (window is not None and length > window):  # a window's own path: not this bug's
             return original(q, keys, values, positions, consecutive, *rest, **kwargs)
         seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
         seen[:, start - 1] = False  # the bug: the prefix's last position is left out
@@ -101,7 +101,8 @@ def resume_offset(original):
     @functools.wraps(original)
     def _read(self, plan):
         request, chunk = plan.request, self.config.prefill_chunk
-        if plan.start == "resume" and request.tokens_read + chunk < request.prompt_tokens:
+        start = getattr(plan.start, "value", plan.start)  # an enum since plans name their starts
+        if start == "resume" and request.tokens_read + chunk < request.prompt_tokens:
             # the bug: the resumed read starts one chunk past where it gave way (that chunk is never read)
             request.tokens_read += chunk
             chunks = tuple((start + chunk, min(end + chunk, request.prompt_tokens)) for start, end in plan.chunks
