@@ -30,7 +30,7 @@ TARGETS = {
     "piece-start": ("strata_engine.scheduler.plans.next_read_chunks",),
     "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",
                       "strata_engine.torch_executor.TorchExecutor._deliver"),
-    "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._read",),
+    "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
 }
 CORRUPT_INDEX = 3
 
@@ -99,17 +99,14 @@ def corrupt_token(original):
 
 def resume_offset(original):
     @functools.wraps(original)
-    def _read(self, plan):
-        request, chunk = plan.request, self.config.prefill_chunk
-        start = getattr(plan.start, "value", plan.start)  # an enum since plans name their starts
-        if start == "resume" and request.tokens_read + chunk < request.prompt_tokens:
-            # the bug: the resumed read starts one chunk past where it gave way (that chunk is never read)
+    def _start(self, start, request, slot):
+        chunk = self.config.prefill_chunk
+        if getattr(start, "value", start) == "resume" and request.tokens_read + chunk < request.prompt_tokens:
+            # the bug: the resumed read goes on one chunk past where it gave way (that chunk is never read);
+            # the plans after it read from the request's counter, so every later run starts there
             request.tokens_read += chunk
-            chunks = tuple((start + chunk, min(end + chunk, request.prompt_tokens)) for start, end in plan.chunks
-                           if start + chunk < request.prompt_tokens)
-            plan = dataclasses.replace(plan, chunks=chunks)
-        return original(self, plan)
-    return _read
+        return original(self, start, request, slot)
+    return _start
 
 
 BUGS = {"prefix-attention": prefix_attention, "piece-start": piece_start, "corrupt-token": corrupt_token,
