@@ -40,8 +40,9 @@ def test_interleave_and_determinism_on_llama_cpp_give_verdicts_with_reasons(gguf
                      str(REPO / "strata_verify" / "golden" / "reference-cpu.json"))
     assert inter.returncode in (0, 1) and "COULD NOT RUN" not in inter.stdout, inter.stdout + inter.stderr
     steps = json.loads((tmp_path / "i.json").read_text())["report"]["steps"]
-    assert len(steps) == 9 and all(s["reason"] for s in steps)
     by_name = {s["name"]: s for s in steps}
+    expected = {"A and B decode", "resume offsets", *(f"{name} interleaved == solo" for name in "ABCDE")}
+    assert expected <= set(by_name) and all(s["reason"] for s in steps), sorted(by_name)
     assert by_name["A and B decode"]["status"] == "pass"
     assert any("client's clock" in line or "token arrival" in line for s in steps for line in s["evidence"])
     for name in "ABCDE":  # the same greedy tokens solo and interleaved, or the index where they part
