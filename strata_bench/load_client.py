@@ -10,7 +10,6 @@ bench always did. Both go through the same code, so the only difference measured
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from .engines.families import OPENAI_WIRE
 from .engines.http_stream import HTTPStreamError, ResponseStream
 from .engines.result import StreamResult
 from .engines.stream import SSEDecoder, _check_usage
-from .engines.wire import apply_event, error_message
+from .engines.wire import apply_event, error_body_detail
 
 
 class Connection(asyncio.Protocol):
@@ -187,11 +186,7 @@ async def _exchange(conn: Connection, pool: ConnectionPool, request: bytes, resu
         conn.current = None
         pool.release(conn, reusable)
     if stream.status != 200:
-        raw = b"".join(error_body)
-        try:
-            detail = error_message(json.loads(raw))
-        except ValueError:
-            detail = raw.decode("utf-8", errors="replace")[:300]
+        detail = error_body_detail(b"".join(error_body))
         result.error = f"HTTP {stream.status}: {detail}"
     elif not saw_done and result.finish_reason is None and result.error is None:
         result.error = "the stream ended without [DONE] or a finish_reason"

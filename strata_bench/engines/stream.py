@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .families import OPENAI_WIRE
 from .http_stream import HTTPStreamError, post_stream, run
 from .result import StreamResult
-from .wire import apply_event, error_message
+from .wire import apply_event, error_body_detail
 
 OnEvent = Callable[[Any, float], None]  # (parsed event, arrival perf_counter)
 
@@ -83,11 +83,7 @@ async def stream_completion(
         stream = await post_stream(url, path, body, send_headers, on_body, on_head=on_head,
                                    connect_timeout=connect_timeout)
         if stream.status != 200:
-            raw = b"".join(error_body)
-            try:
-                detail = error_message(json.loads(raw))
-            except ValueError:
-                detail = raw.decode("utf-8", errors="replace")[:300]
+            detail = error_body_detail(b"".join(error_body))
             result.error = f"HTTP {stream.status} from POST {path}: {detail or '(empty body)'}"
         else:
             result.check_end()

@@ -27,6 +27,14 @@ def error_message(payload: Any) -> str:
     return str(payload)[:300]
 
 
+def error_body_detail(raw: bytes) -> str:
+    """An error response's message: its JSON error's text, else the body's first 300 characters."""
+    try:
+        return error_message(json.loads(raw))
+    except ValueError:
+        return raw.decode("utf-8", errors="replace")[:300]
+
+
 def choice_tokens(choice: dict[str, Any]) -> tuple[int, list[int] | None, str]:
     """(token count, token ids or None, text) of one streamed OpenAI choice (completion or chat chunk)."""
     text = choice.get("text")
