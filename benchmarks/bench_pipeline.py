@@ -47,11 +47,13 @@ def transport_us(workers: str, rows: int, samples: int = 200) -> tuple[float, fl
     trips, transport = [], []
     try:
         for i in range(samples + 10):
-            part = Part(torch.full((rows, 1), 7), torch.full((rows, 1), 1 + i % 50), torch.arange(rows), True)
+            part = Part.ragged([(slot, 1 + i % 50, [7]) for slot in range(rows)], want_logits=True)
             t0 = time.perf_counter()
             pipeline.submit(MicroBatch([part]))
             mb = pipeline.get()
             trip = (time.perf_counter() - t0) * 1e6
+            if mb.error is not None:
+                raise RuntimeError(f"the {workers} pipeline failed a decode micro-batch: {mb.error}")
             if i >= 10 and mb.stage_ms:  # the first few warm up
                 trips.append(trip)
                 transport.append(trip - sum(mb.stage_ms) * 1000.0)
