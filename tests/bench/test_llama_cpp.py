@@ -13,7 +13,7 @@ import pytest
 
 from strata_bench.engines.families import LLAMA_CPP
 from strata_bench.engines.launcher import EngineProcess
-from strata_bench.engines.llama_cpp import find_llama_server, server_command
+from strata_bench.engines.llama_cpp import server_command
 from strata_bench.engines.probe import count_tokens, probe
 from strata_bench.engines.result import StreamResult
 from strata_bench.engines.stream import StreamTask
@@ -21,24 +21,12 @@ from strata_bench.engines.stream import StreamTask
 from .conftest import REPO, bench
 
 pytestmark = pytest.mark.slow
-INSTALL = "run `bash scripts/install_llama_cpp.sh` to build it"
 GOLDEN = REPO / "strata_verify" / "golden" / "reference-cpu.json"
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    """(llama-server binary, GGUF of strata-tiny-moe)."""
-    binary = find_llama_server()
-    if binary is None:
-        pytest.skip(f"llama.cpp's llama-server is not built: {INSTALL}")
-    pytest.importorskip("gguf", reason=f"the gguf package is missing: {INSTALL}")
-    from strata_engine.model.gguf_export import export_gguf
 
-    return binary, export_gguf("strata-tiny-moe", tmp_path_factory.mktemp("gguf") / "strata-tiny-moe.gguf")
-
-
-def test_llama_cpp_gives_strata_greedy_tokens_and_is_probed_as_llama_cpp(llama):
-    binary, gguf = llama
+def test_llama_cpp_gives_strata_greedy_tokens_and_is_probed_as_llama_cpp(llama_gguf):
+    binary, gguf = llama_gguf
     with EngineProcess(server_command(binary, gguf, slots=2, ctx_per_slot=1024), name="llama-server",
                        start_timeout=120) as server:
         info = probe(server.url)
@@ -55,8 +43,8 @@ def test_llama_cpp_gives_strata_greedy_tokens_and_is_probed_as_llama_cpp(llama):
             assert len(got.logprobs) == len(got.token_ids) and got.usage["prompt_tokens"] == len(answer["prompt"].encode())
 
 
-def test_bench_strata_and_llama_cpp_on_two_joiners_with_no_failed_request(llama, tmp_path):
-    binary, gguf = llama
+def test_bench_strata_and_llama_cpp_on_two_joiners_with_no_failed_request(llama_gguf, tmp_path):
+    binary, gguf = llama_gguf
     out = tmp_path / "vs"
     llama_arm = server_command(binary, gguf, slots=6, ctx_per_slot=8192)
     r = bench("run", "--arm", "strata=strata-engine serve --batch 6 --ctx 8192", "--arm", f"llamacpp={llama_arm}",

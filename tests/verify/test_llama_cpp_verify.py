@@ -12,27 +12,16 @@ import json
 import pytest
 
 from strata_bench.engines.launcher import EngineProcess
-from strata_bench.engines.llama_cpp import find_llama_server, server_command
+from strata_bench.engines.llama_cpp import server_command
 
 from .support import REPO, SCALE, verify
 
 pytestmark = pytest.mark.slow
-INSTALL = "run `bash scripts/install_llama_cpp.sh` to build it"
 
 
-@pytest.fixture(scope="module")
-def gguf(tmp_path_factory):
-    binary = find_llama_server()
-    if binary is None:
-        pytest.skip(f"llama.cpp's llama-server is not built: {INSTALL}")
-    pytest.importorskip("gguf", reason=f"the gguf package is missing: {INSTALL}")
-    from strata_engine.model.gguf_export import export_gguf
 
-    return binary, export_gguf("strata-tiny-moe", tmp_path_factory.mktemp("gguf") / "strata-tiny-moe.gguf")
-
-
-def test_interleave_and_determinism_on_llama_cpp_give_verdicts_with_reasons(gguf, tmp_path):
-    binary, path = gguf
+def test_interleave_and_determinism_on_llama_cpp_give_verdicts_with_reasons(llama_gguf, tmp_path):
+    binary, path = llama_gguf
     with EngineProcess(server_command(binary, path, slots=4, ctx_per_slot=4096), name="llama-server",
                        start_timeout=120) as server:
         inter = verify("interleave", "--url", server.url, "--scale", SCALE, "--json", str(tmp_path / "i.json"))
@@ -51,8 +40,8 @@ def test_interleave_and_determinism_on_llama_cpp_give_verdicts_with_reasons(gguf
     assert det.returncode == 0, det.stdout + det.stderr  # llama.cpp's answers equal Strata's golden ones
 
 
-def test_a_one_slot_llama_cpp_is_not_exercised_with_that_reason(gguf):
-    binary, path = gguf
+def test_a_one_slot_llama_cpp_is_not_exercised_with_that_reason(llama_gguf):
+    binary, path = llama_gguf
     with EngineProcess(server_command(binary, path, slots=1, ctx_per_slot=4096), name="llama-server",
                        start_timeout=120) as server:
         out = verify("interleave", "--url", server.url, "--scale", SCALE)
