@@ -1,15 +1,18 @@
 #!/usr/bin/env python
-"""Speed of our model forward against transformers on the same weights, and against the machine's matmul rate.
+"""Speed of our model step against transformers and llama.cpp on the same weights, at each thread count.
 
 Measures, for the default model (or --model): prefill tokens/s (a --prompt-tokens prompt read in chunks of
 --chunk), decode tokens/s at batch 1 and batch 4 (greedy, KV cache), each through the engine's stage
-forward with batch invariance on (rows padded to the row tile, the default) and off (no padding), the
-same through transformers' `generate` on the same HF directory, and our prefill FLOP rate as a share of a
-large fp32 torch.mm.
-Writes the raw numbers as JSON first (--out), then prints the table and the target ratios:
-prefill >= transformers', batch-4 decode >= 2x transformers' per-token rate, prefill >= 50% of matmul.
+forward with batch invariance on (rows padded to the row tile, the default) and off (no padding); the
+same through transformers' `generate` on the same HF directory; and prefill and batch-1 greedy decode
+through llama.cpp (llama-cpp-python, an optional dependency: its arms are skipped with a message where it
+is not installed) on the model exported with `strata-engine export --gguf` (f32). Every engine runs at
+every --threads count, alternating within each repeat, and is reported at its best count.
+Writes the raw numbers as JSON (--out), then prints the table and the targets: decode batch 1 >= llama.cpp's,
+prefill >= llama.cpp's, batch-4 aggregate decode >= 2x llama.cpp's batch 1, batch-4 decode >= 2x
+transformers', and whether our greedy tokens equal llama.cpp's.
 
-  .venv/bin/python benchmarks/bench_model.py --out bench-out/bench_model.json
+  .venv/bin/python benchmarks/bench_model.py --threads 1,2 --repeats 5 --out bench-out/bench_model.json
 """
 from __future__ import annotations
 
@@ -77,17 +80,20 @@ def ours_prefill(model, config, prompt: list[int], chunk: int, row_tile: int) ->
         step(model, kv, [(0, start, prompt[start : start + chunk])], row_tile)
 
 
-def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int) -> float:
-    """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds."""
+def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int) -> tuple[float, list[int]]:
+    """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds, and
+    row 0's greedy tokens."""
     apply_row_tile(model, row_tile)
     batch, length = len(prompts), len(prompts[0])
     kv = KVCache(config, num_slots=batch, ctx=length + steps + 1)
     tokens = [int(step(model, kv, [(slot, 0, ids)], row_tile)[0].argmax()) for slot, ids in enumerate(prompts)]
+    first = []
     start = time.perf_counter()
     for position in range(length, length + steps):
+        first.append(tokens[0])
         logits = step(model, kv, [(slot, position, [token]) for slot, token in enumerate(tokens)], row_tile)
         tokens = logits.argmax(-1).tolist()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, first
 
 
 def hf_generate_seconds(hf, prompts: list[list[int]], new_tokens: int) -> float:
@@ -101,80 +107,121 @@ def hf_generate_seconds(hf, prompts: list[list[int]], new_tokens: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="strata-tiny-moe")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: OpenMP spin-waits thrash when the cores are shared)")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts; every engine runs at each, "
+                   "and each engine's figure is its best count")
     p.add_argument("--prompt-tokens", type=int, default=2048)
     p.add_argument("--chunk", type=int, default=512)
     p.add_argument("--decode-prompt", type=int, default=256, help="prompt length of each decode row")
     p.add_argument("--decode-steps", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--matmul-size", type=int, default=2048)
+    p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp arms even where llama-cpp-python is installed")
     p.add_argument("--out", type=Path, default=Path("bench-out/bench_model.json"))
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = [int(t) for t in args.threads.split(",") if t]
     from transformers import AutoModelForCausalLM
 
     model, config = load_model(args.model)
-    arms = {"ours": row_tile_for(config), "ours_padding_off": 1}  # name -> row tile (1 = batch invariance off)
+    tiles = {"ours": row_tile_for(config), "ours_padding_off": 1}  # our arms: name -> row tile (1 = batch invariance off)
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
     rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(4)]
-    r: dict = {"model": args.model, "threads": args.threads, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-               "command": "python " + " ".join(sys.argv)}
-    # The machine may be shared: ours and transformers alternate within every repeat, and the best repeat
-    # (least disturbed) is the figure; the medians are kept in the JSON as well.
+    llama = None
+    if not args.no_llama_cpp:
+        try:
+            from llama_cpp_arm import LlamaCppArm
+
+            llama = LlamaCppArm(args.model, ctx=max(len(prompt), args.decode_prompt + args.decode_steps) + 16)
+        except ModuleNotFoundError as err:
+            print(f"llama.cpp arms skipped: {err} (CMAKE_ARGS='-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF' "
+                  f".venv/bin/pip install llama-cpp-python==0.3.36; the GGUF export needs `gguf`: bash scripts/install_llama_cpp.sh)")
+    r: dict = {"model": args.model, "threads": threads, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+               "command": "python " + " ".join(sys.argv), "row_tile": tiles["ours"], "llama_cpp": llama is not None}
+    # The machine may be shared: every engine and thread count alternate within every repeat, and the best
+    # repeat (least disturbed) is the figure; the medians are kept in the JSON as well.
     samples: dict[str, list[float]] = {}
+    greedy: dict[str, list[int]] = {}
 
     def record(name: str, value: float) -> None:
         samples.setdefault(name, []).append(value)
 
     with torch.inference_mode():
         a, b = torch.randn(args.matmul_size, args.matmul_size), torch.randn(args.matmul_size, args.matmul_size)
-        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, arms['ours'])  # warm-up
+        torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, tiles["ours"])  # warm-up
         hf_generate_seconds(hf, [prompt], 1)
         for _ in range(args.repeats):
-            record("matmul", seconds(lambda: torch.mm(a, b)))
-            for arm, tile in arms.items():
-                record(f"{arm}_prefill", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
-            record("hf_prefill", hf_generate_seconds(hf, [prompt], 1))
-            for batch in (1, 4):
-                for arm, tile in arms.items():
-                    record(f"{arm}_decode_b{batch}", ours_decode(model, config, rows[:batch], args.decode_steps, tile))
-                one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
-                record(f"hf_decode_b{batch}", full - one)
+            for t in threads:
+                torch.set_num_threads(t)
+                record(f"matmul_t{t}", seconds(lambda: torch.mm(a, b)))
+                for arm, tile in tiles.items():
+                    record(f"{arm}_prefill_t{t}", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
+                record(f"hf_prefill_t{t}", hf_generate_seconds(hf, [prompt], 1))
+                if llama:
+                    record(f"llama_prefill_t{t}", llama.prefill_seconds(t, prompt))
+                    took, greedy["llama"] = llama.decode_seconds(t, rows[0], args.decode_steps)
+                    record(f"llama_decode_b1_t{t}", took)
+                for batch in (1, 4):
+                    for arm, tile in tiles.items():
+                        took, greedy[arm] = ours_decode(model, config, rows[:batch], args.decode_steps, tile)
+                        record(f"{arm}_decode_b{batch}_t{t}", took)
+                    one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
+                    record(f"hf_decode_b{batch}_t{t}", full - one)
+    if llama:
+        llama.close()
     best = {name: min(values) for name, values in samples.items()}
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
-    r["matmul_gflops"] = 2 * args.matmul_size**3 / best["matmul"] / 1e9
-    r["row_tile"] = arms["ours"]
-    for arm in arms:
-        r[f"{arm}_prefill_tok_s"] = len(prompt) / best[f"{arm}_prefill"]
-        for batch in (1, 4):
-            r[f"{arm}_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"{arm}_decode_b{batch}"]
-    r["ours_prefill_gflops"] = prefill_flops(config, len(prompt)) / best["ours_prefill"] / 1e9
-    r["hf_prefill_tok_s"] = len(prompt) / best["hf_prefill"]
-    for batch in (1, 4):
-        r[f"hf_decode_b{batch}_tok_s"] = batch * args.decode_steps / best[f"hf_decode_b{batch}"]
-    r["ratio_prefill_vs_hf"] = r["ours_prefill_tok_s"] / r["hf_prefill_tok_s"]
-    r["ratio_decode_b4_vs_hf"] = r["ours_decode_b4_tok_s"] / r["hf_decode_b4_tok_s"]
-    r["ratio_prefill_vs_matmul"] = r["ours_prefill_gflops"] / r["matmul_gflops"]
+    r["greedy_tokens_equal_llama"] = greedy.get("llama") == greedy["ours"] if llama else None
+    work = {"prefill": len(prompt), "decode_b1": args.decode_steps, "decode_b4": 4 * args.decode_steps}
+    rates: dict[str, dict[str, float]] = {}  # "<engine>_<measure>" -> {"t1": tok/s, ...}
+    for name, secs in best.items():
+        if name.startswith("matmul"):
+            continue
+        key, t = name.rsplit("_t", 1)
+        measure = next(m for m in work if key.endswith(m))
+        rates.setdefault(key, {})[f"t{t}"] = work[measure] / secs
+    r["tok_s"] = rates
+    r["best"] = {key: max(by_threads.items(), key=lambda kv: kv[1]) for key, by_threads in rates.items()}  # -> (threads, tok/s)
+    r["matmul_gflops"] = max(2 * args.matmul_size**3 / best[f"matmul_t{t}"] / 1e9 for t in threads)
+    r["ours_prefill_gflops"] = prefill_flops(config, len(prompt)) / min(best[f"ours_prefill_t{t}"] for t in threads) / 1e9
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=2) + "\n")
     print(render(r, args))
 
 
 def render(r: dict, args) -> str:
+    best = r["best"]
+
+    def cell(key: str) -> str:
+        if key not in best:
+            return "—"
+        t, rate = best[key]
+        return f"{rate:.0f} ({t[1:]}t)"
+
+    def ratio(num: str, den: str, scale: float = 1.0) -> str:
+        return f"{best[num][1] / (scale * best[den][1]):.2f}" if num in best and den in best else "—"
+
     lines = [
-        f"model {r['model']}, {r['threads']} threads, torch {r['torch']}, best of {args.repeats} alternating repeats; raw numbers in {args.out}", "",
-        f"| measure | strata (invariant, rows padded to {r['row_tile']}) | strata (padding off) | transformers | ratio (invariant / transformers) | target |",
-        "|---|---:|---:|---:|---:|---|",
-        f"| prefill tok/s ({args.prompt_tokens} tokens, chunks of {args.chunk}) | {r['ours_prefill_tok_s']:.0f} | {r['ours_padding_off_prefill_tok_s']:.0f} "
-        f"| {r['hf_prefill_tok_s']:.0f} | {r['ratio_prefill_vs_hf']:.2f} | >= 1 |",
-        f"| decode tok/s, batch 1 | {r['ours_decode_b1_tok_s']:.0f} | {r['ours_padding_off_decode_b1_tok_s']:.0f} | {r['hf_decode_b1_tok_s']:.0f} "
-        f"| {r['ours_decode_b1_tok_s'] / r['hf_decode_b1_tok_s']:.2f} | |",
-        f"| decode tok/s, batch 4 | {r['ours_decode_b4_tok_s']:.0f} | {r['ours_padding_off_decode_b4_tok_s']:.0f} | {r['hf_decode_b4_tok_s']:.0f} "
-        f"| {r['ratio_decode_b4_vs_hf']:.2f} | >= 2 |",
-        f"| prefill GFLOP/s vs fp32 mm {args.matmul_size}^3 ({r['matmul_gflops']:.1f} GFLOP/s) | {r['ours_prefill_gflops']:.1f} | | | "
-        f"{r['ratio_prefill_vs_matmul']:.2f} | >= 0.5 |",
+        f"model {r['model']}, threads {r['threads']}, torch {r['torch']}, best of {args.repeats} alternating repeats, "
+        f"each engine at its best thread count (in brackets); raw numbers in {args.out}", "",
+        f"| tok/s | strata (invariant, rows padded to {r['row_tile']}) | strata (padding off) | transformers | llama.cpp |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for measure, label in (("prefill", f"prefill ({args.prompt_tokens} tokens, chunks of {args.chunk})"),
+                           ("decode_b1", "decode, batch 1"), ("decode_b4", "decode, batch 4")):
+        lines.append(f"| {label} | {cell('ours_' + measure)} | {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} "
+                     f"| {cell('llama_' + measure)} |")
+    lines += ["", "| target | invariant | padding off |", "|---|---:|---:|"]
+    for label, num, den, scale in (("decode batch 1 / llama.cpp batch 1 >= 1.0", "decode_b1", "llama_decode_b1", 1.0),
+                                   ("prefill / llama.cpp >= 1.0", "prefill", "llama_prefill", 1.0),
+                                   ("decode batch 4 (aggregate) / llama.cpp batch 1 >= 2.0", "decode_b4", "llama_decode_b1", 1.0),
+                                   ("decode batch 4 / transformers batch 4 >= 2.0", "decode_b4", "hf_decode_b4", 1.0),
+                                   ("prefill / transformers >= 1.0", "prefill", "hf_prefill", 1.0)):
+        lines.append(f"| {label} | {ratio('ours_' + num, den, scale)} | {ratio('ours_padding_off_' + num, den, scale)} |")
+    lines.append("")
+    lines.append(f"prefill useful GFLOP/s {r['ours_prefill_gflops']:.1f} against fp32 mm {args.matmul_size}^3 {r['matmul_gflops']:.1f} "
+                 f"({r['ours_prefill_gflops'] / r['matmul_gflops']:.2f})")
+    if r["llama_cpp"]:
+        lines.append(f"greedy tokens of decode row 0 equal llama.cpp's: {r['greedy_tokens_equal_llama']}")
     return "\n".join(lines)
 
 

@@ -84,8 +84,16 @@ def _rope_theta(config: dict[str, Any]) -> float:
     return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
 
 
-def export_gguf(name_or_path: str | Path, out_path: str | Path) -> Path:
+DTYPES = ("f32", "f16")
+
+
+def export_gguf(name_or_path: str | Path, out_path: str | Path, dtype: str = "f32") -> Path:
+    """f32: every tensor widened exactly; f16: matrices in float16 (exact for a float16 checkpoint such as
+    strata-tiny-moe), norms in float32 as llama.cpp's own converter writes them."""
     import gguf
+
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype {dtype!r} is not exported (choose from {', '.join(DTYPES)})")
 
     directory = model_dir(name_or_path)
     config = json.loads((directory / "config.json").read_text())
@@ -107,11 +115,12 @@ def export_gguf(name_or_path: str | Path, out_path: str | Path) -> Path:
     writer.add_expert_count(experts)
     writer.add_expert_used_count(int(config["num_experts_per_tok"]))
     writer.add_expert_feed_forward_length(int(config["moe_intermediate_size"]))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     _vocab(writer, gguf)
 
     def put(name: str, array: np.ndarray) -> None:
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+        wide = np.float16 if dtype == "f16" and array.ndim >= 2 else np.float32
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=wide))
 
     put("token_embd.weight", hf.pop("model.embed_tokens.weight"))
     put("output_norm.weight", hf.pop("model.norm.weight"))

@@ -110,14 +110,15 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward; gate and up fused into one [2I, D] projection (gate rows first)."""
+    """SwiGLU feed-forward; gate and up fused into one [2I, D] projection (gate rows first). `real` is
+    accepted as MoE's is and ignored: a dense layer's padding rows cost what they cost."""
 
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, real: int | None = None) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -149,12 +150,20 @@ class MoE(nn.Module):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return probs, weights.to(x.dtype), experts
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, real: int | None = None) -> torch.Tensor:
+        """Rows from `real` on are padding (the runtime's row tile): they run through the router's GEMM
+        like every row but choose no expert, and their output is 0 (never cached or attended to)."""
         _, weights, experts = self.route(x)
+        if real is not None and real < x.shape[0]:
+            weights, experts = weights[:real], experts[:real]
+        counts = None
         if x.shape[0] <= self.EVERY_EXPERT_MAX_TOKENS and self.num_experts <= 4 * self.top_k:
+            counts = torch.bincount(experts.flatten(), minlength=self.num_experts).tolist()
+            chosen = sum(1 for count in counts if count)
+        if counts is not None and 2 * chosen > self.num_experts:  # more than half the experts: all of them at once
             out = self._every_expert(x, weights, experts)
         else:
-            out = self._routed(x, weights, experts)
+            out = self._routed(x, weights, experts, counts)
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
@@ -162,23 +171,28 @@ class MoE(nn.Module):
     # A few tokens (decode steps, tiny chunks) touch most experts anyway when experts/top_k is small: running
     # every expert on every token is one GEMM and one batched GEMM instead of a Python loop of ~10 ops per
     # expert. Unchosen experts weigh exactly 0, so the sum over experts adds the same terms as _routed.
-    # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path.
+    # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path. But with rows
+    # padded to the tile, every expert costs a full tile of rows: where the real rows chose few experts
+    # (one decode row: top_k of them) the loop over those alone is cheaper; measured on strata-tiny-moe
+    # (docs/MODEL.md), the loop wins up to half the experts.
     EVERY_EXPERT_MAX_TOKENS = 32
 
     def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape
-        dense_weights = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)  # [N, E]
+        dense_weights = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device)  # [N, E]; padding rows weigh 0
+        dense_weights[: experts.shape[0]].scatter_(1, experts, weights)
         gate, up = F.linear(x, self.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
         y = torch.bmm((F.silu(gate) * up).transpose(0, 1), self.down_proj.transpose(1, 2))  # [E, N, I] @ [E, I, D] -> [E, N, D]
         return (y * dense_weights.t()[..., None]).sum(0)  # summed over experts in ascending order
 
-    def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
         out = torch.zeros_like(x)
         # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
         # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.
         flat_experts = experts.flatten()
         order = flat_experts.argsort(stable=True)
-        counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
+        if counts is None:
+            counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
         tokens_of, weights_of = order // self.top_k, weights.flatten()[order]
         start = 0
         for expert, count in enumerate(counts):
@@ -211,7 +225,7 @@ class Block(nn.Module):
     def forward(self, h: torch.Tensor, positions: torch.Tensor, kv: LayerKV, rows: Rows) -> torch.Tensor:
         # h: [N, D] flat tokens of every row (then padding); positions: [N]
         h = h + self.self_attn(self.input_layernorm(h), positions, kv, rows)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        return h + self.mlp(self.post_attention_layernorm(h), rows.real)
 
 
 class Transformer(nn.Module):
