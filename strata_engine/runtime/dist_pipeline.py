@@ -32,12 +32,19 @@ class StageRankError(RuntimeError):
     """A stage rank is gone, stopped answering, or could not start; the message names it."""
 
 
+# Results the head lets pile up in the ring before it takes one off: each rank's send waits for the next
+# rank's receive, so an uninterruptible read (all chunks submitted before the first get) of 32 chunks
+# once filled the ring and hung it until a send timed out. More than two per stage buys no overlap.
+MAX_UNRECEIVED = 4
+
+
 @dataclass
 class _Pending:
     seq: int
     mb: MicroBatch
     epoch: int
     sent: bool
+    frame: object = None  # its result, when taken off the ring before its get()
 
 
 class DistPipeline:
@@ -65,9 +72,7 @@ class DistPipeline:
         self.batch_invariant = False  # until every stage rank's own probe says so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
-        self.in_flight = 0
-        self.epoch = 0
-        self._seq = 0
+        self.in_flight = self.epoch = self._seq = 0
         self._pending: collections.deque[_Pending] = collections.deque()
         self._slot_epoch: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -124,8 +129,7 @@ class DistPipeline:
         self.in_flight += 1
         seq, self._seq = self._seq, self._seq + 1
         with self._lock:
-            entry = _Pending(seq, mb, self.epoch, sent=False)
-            self._pending.append(entry)
+            self._pending.append(entry := _Pending(seq, mb, self.epoch, sent=False))
             if self._broken is not None or mb.error is not None:
                 return
             mb.error = self._check(mb)
@@ -138,6 +142,18 @@ class DistPipeline:
                 self._fail(self._name(1, f"cannot be reached: {err}"), 1)
                 return
             entry.sent = True
+            self._take_early()
+
+    def _take_early(self) -> None:
+        """Receive the oldest results ahead of their get() until at most MAX_UNRECEIVED are in the ring."""
+        waiting = [e for e in self._pending if e.sent and e.frame is None and e.epoch == self.epoch]
+        while len(waiting) > MAX_UNRECEIVED and self._broken is None:
+            frame = self._receive_frame()
+            if frame is None:
+                return
+            for wire in frame.parts:  # the payloads are views of a receive buffer that the next receives reuse
+                wire.payload = None if wire.payload is None else wire.payload.clone()
+            waiting.pop(0).frame = frame
 
     def _check(self, mb: MicroBatch) -> BaseException | None:
         tokens = sum(p.positions.numel() for p in mb.parts)
@@ -162,10 +178,11 @@ class DistPipeline:
                 mb.error = mb.error or StageRankError(self._broken or "the stage ranks were not reachable")
             return mb
         with self._lock:
-            if entry.epoch != self.epoch or self._broken is not None:
+            frame = entry.frame
+            if frame is None and (entry.epoch != self.epoch or self._broken is not None):
                 mb.error = StageRankError(self._broken or "the stage ranks restarted while this micro-batch was in flight")
                 return mb
-            frame = self._receive_frame()
+            frame = frame or self._receive_frame()
             if frame is None:
                 mb.error = StageRankError(self._broken)
                 return mb
@@ -265,9 +282,8 @@ class DistPipeline:
         if self._closed:
             return
         self._closed = True
-        restarting = self._restarting
-        if restarting is not None:
-            restarting.join(timeout_s)
+        if self._restarting is not None:
+            self._restarting.join(timeout_s)
         if self._group is not None and self._broken is None:
             try:
                 self._sender.send(encode(Kind.SHUTDOWN, self._seq))

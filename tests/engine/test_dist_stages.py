@@ -3,6 +3,8 @@ errors per micro-batch, and greedy tokens equal to solo runs and to the thread p
 ranks, 1 and 2 groups, pieces and the mixed read."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -84,6 +86,22 @@ def test_logits_equal_the_thread_pipeline_bit_for_bit(pipelines):
 
 
 @pytest.mark.slow
+def test_more_micro_batches_in_flight_than_the_ring_holds_do_not_deadlock_it(pipelines):
+    # An uninterruptible read submits all its chunks before its first get; every rank's send waits for the
+    # next rank's receive, so 40 unreceived micro-batches once filled the ring until a send timed out.
+    results = []
+    for pipeline in pipelines:
+        for position in range(40):
+            pipeline.submit(MicroBatch([Part.ragged([(0, position, [position % 200 + 1])], want_logits=True)], tag=position))
+        assert pipeline.in_flight == 40
+        results.append(pipeline.drain())
+    for got, want in zip(*results):
+        assert got.tag == want.tag and got.error is None, got.error
+        assert torch.equal(got.parts[0].logits, want.parts[0].logits), f"micro-batch {got.tag}: logits differ"
+    assert pipelines[0].health() is None
+
+
+@pytest.mark.slow
 def test_a_stage_error_fails_that_micro_batch_only(pipelines):
     ranks, _ = pipelines
     ranks.submit(MicroBatch([prompt_part(slot=9)], tag="bad slot"))
@@ -126,6 +144,14 @@ def test_stage_workers_config():
     assert EngineConfig(stage_workers="dist").stage_workers_for() == "dist"
     assert EngineConfig(stage_workers="thread").stage_workers_for() == "thread"
     assert EngineConfig(devices=("cuda:0", "cuda:1")).stage_workers_for() == "thread"
+    # auto: ranks where stages can overlap (2+ stages, 2+ groups, all on the CPU, a core each), threads elsewhere
+    two_groups = EngineConfig(split=2, batch=4, batch_groups=2)
+    expected = "dist" if (os.cpu_count() or 1) >= 2 else "thread"
+    assert two_groups.stage_workers_for(["cpu", "cpu"]) == expected
+    assert EngineConfig(split=2, batch=4, batch_groups="auto").stage_workers_for(["cpu", "cpu"]) == expected
+    assert EngineConfig(split=2, batch=4, batch_groups=1).stage_workers_for(["cpu", "cpu"]) == "thread"
+    assert EngineConfig(batch=4, batch_groups=2).stage_workers_for(["cpu"]) == "thread"  # one stage
+    assert two_groups.stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
 
 
 @pytest.fixture(scope="module")
