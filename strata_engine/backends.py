@@ -75,7 +75,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     threads = config.threads
     if threads is None and all(s.device.startswith("cpu") for s in stages):
         threads = max(1, (os.cpu_count() or 1) // len(stages))
-    workers = config.stage_workers_for()
+    workers = config.stage_workers_for([s.device for s in stages])
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
         pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config)
     else:

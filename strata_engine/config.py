@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
 # Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
 ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
@@ -169,14 +169,20 @@ class EngineConfig:
             return len(self.devices)
         return 2 if self.split is not None else 1
 
-    def stage_workers_for(self) -> str:
-        """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own."""
+    def stage_workers_for(self, stage_devices: Sequence[str] = ("cpu",)) -> str:
+        """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own.
+
+        auto, by the rule measured with benchmarks/bench_pipeline.py (docs/DISTRIBUTED.md, "Which workers
+        auto picks"): ranks where stages can overlap, that is 2 or more stages and 2 or more batch groups,
+        every stage on the CPU and a core for each (there 2 groups of 4 decoded at 1.85x one group on ranks,
+        1.28x on threads, whose stages share the GIL); threads otherwise (one group: 493 against 401 tok/s,
+        and a thread pipeline starts in 0.5 s against the ranks' 3.5 s). CUDA stays on threads until the
+        NCCL path has been measured on a GPU."""
         if self.stage_workers != "auto":
             return self.stage_workers
-        # auto stays "thread": on the shared 2-core machine (load 11-20) dist stage ranks decoded 2 groups at
-        # 0.48x their 1-group rate against threads' 0.74x (gloo costs ~0.5 ms a message there, three hops
-        # per micro-batch); docs/DISTRIBUTED.md has the numbers and what to re-measure before flipping it.
-        return "thread"
+        overlap = self.num_stages >= 2 and self.resolved_batch_groups() >= 2
+        cpu_only = all(str(device).startswith("cpu") for device in stage_devices)
+        return "dist" if overlap and cpu_only and (os.cpu_count() or 1) >= self.num_stages else "thread"
 
     def resolved_batch_groups(self) -> int:
         groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)

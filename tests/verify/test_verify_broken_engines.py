@@ -21,8 +21,10 @@ PIECES = default_engine_command(CI_SCALE)  # env STRATA_PIPED_READ_PIECE=512 str
 
 
 def broken(bug: str) -> str:
-    """The default CI engine command with `strata-engine` replaced by the broken engine."""
-    return PIECES.replace("strata-engine", f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug {bug} --", 1)
+    """The default CI engine command with `strata-engine` replaced by the broken engine, on thread stages:
+    the bug is patched into this process, and the default's stage ranks would load an unpatched model."""
+    command = PIECES.replace("strata-engine", f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug {bug} --", 1)
+    return command + " --stage-workers thread"
 
 
 def failed_lines(out) -> list[str]:
