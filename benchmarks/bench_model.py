@@ -22,6 +22,7 @@ import platform
 import statistics
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,15 +127,16 @@ def main() -> None:
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
     rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(4)]
-    llama = None
+    llama, gguf_dir = None, tempfile.TemporaryDirectory(prefix="bench-model-gguf-")
     if not args.no_llama_cpp:
         try:
-            from llama_cpp_arm import LlamaCppArm
+            from strata_bench.engines.llama_cpp_python import InProcessLlama
+            from strata_engine.model.gguf_export import export_gguf
 
-            llama = LlamaCppArm(args.model, ctx=max(len(prompt), args.decode_prompt + args.decode_steps) + 16)
+            gguf = export_gguf(args.model, Path(gguf_dir.name) / "model.gguf", "f32")
+            llama = InProcessLlama(gguf, ctx=max(len(prompt), args.decode_prompt + args.decode_steps) + 16)
         except ModuleNotFoundError as err:
-            print(f"llama.cpp arms skipped: {err} (CMAKE_ARGS='-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF' "
-                  f".venv/bin/pip install llama-cpp-python==0.3.36; the GGUF export needs `gguf`: bash scripts/install_llama_cpp.sh)")
+            print(f"llama.cpp arms skipped: {err} (the GGUF export needs `gguf`: bash scripts/install_llama_cpp.sh)")
     r: dict = {"model": args.model, "threads": threads, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
                "command": "python " + " ".join(sys.argv), "row_tile": tiles["ours"], "llama_cpp": llama is not None}
     # The machine may be shared: every engine and thread count alternate within every repeat, and the best
@@ -157,8 +159,8 @@ def main() -> None:
                     record(f"{arm}_prefill_t{t}", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
                 record(f"hf_prefill_t{t}", hf_generate_seconds(hf, [prompt], 1))
                 if llama:
-                    record(f"llama_prefill_t{t}", llama.prefill_seconds(t, prompt))
-                    took, greedy["llama"] = llama.decode_seconds(t, rows[0], args.decode_steps)
+                    record(f"llama_prefill_t{t}", llama.prefill_seconds(prompt, t))
+                    took, greedy["llama"] = llama.greedy(rows[0], args.decode_steps + 1, t)
                     record(f"llama_decode_b1_t{t}", took)
                 for batch in (1, 4):
                     for arm, tile in tiles.items():
@@ -168,9 +170,10 @@ def main() -> None:
                     record(f"hf_decode_b{batch}_t{t}", full - one)
     if llama:
         llama.close()
+    gguf_dir.cleanup()
     best = {name: min(values) for name, values in samples.items()}
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
-    r["greedy_tokens_equal_llama"] = greedy.get("llama") == greedy["ours"] if llama else None
+    r["greedy_tokens_equal_llama"] = greedy["llama"][: len(greedy["ours"])] == greedy["ours"] if llama else None
     work = {"prefill": len(prompt), "decode_b1": args.decode_steps, "decode_b4": 4 * args.decode_steps}
     rates: dict[str, dict[str, float]] = {}  # "<engine>_<measure>" -> {"t1": tok/s, ...}
     for name, secs in best.items():

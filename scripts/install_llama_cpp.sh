@@ -2,8 +2,10 @@
 # Build llama.cpp's C++ `llama-server` from the source that llama-cpp-python's sdist vendors, into a cache
 # outside the repo, so tests and benches can run a foreign engine (an engine this project did not write).
 # Usage: bash scripts/install_llama_cpp.sh          (idempotent: a finished build is reused)
-# Prints the path of llama-server. Also installs the vendored `gguf` Python package into ./.venv when
-# that venv exists (the GGUF exporter needs it). Everything comes from the package registry (pip download
+# Prints the path of llama-server. Also installs into ./.venv, when that venv exists, the vendored `gguf`
+# Python package (the GGUF exporter needs it) and llama-cpp-python itself (llama.cpp in process, for
+# benchmarks/bench_model.py and the in-process greedy test), from a wheel built once into the cache (about
+# 3 min on two cores); a failed wheel build only warns, as those users skip without it. Everything comes from the package registry (pip download
 # of the sdist); nothing is fetched at run time.
 # Environment: STRATA_LLAMA_CPP_DIR overrides the cache folder; STRATA_LLAMA_CPP_JOBS the build jobs.
 set -euo pipefail
@@ -35,5 +37,16 @@ fi
 
 if [ -x "$REPO/.venv/bin/python" ] && ! "$REPO/.venv/bin/python" -c "import gguf" 2>/dev/null; then
   "$REPO/.venv/bin/python" -m pip install -q "$CACHE/src/vendor/llama.cpp/gguf-py"
+fi
+WHEEL_DIR="$CACHE/wheels"
+if [ -x "$REPO/.venv/bin/python" ] && ! "$REPO/.venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+  if ! ls "$WHEEL_DIR"/llama_cpp_python-"$VERSION"-*.whl >/dev/null 2>&1; then
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" "$REPO/.venv/bin/python" -m pip wheel -q --no-deps \
+      -w "$WHEEL_DIR" "$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz" >"$CACHE/wheel.log" 2>&1 \
+      || { tail -20 "$CACHE/wheel.log" >&2; echo "WARNING: llama-cpp-python not built; its users skip" >&2; }
+  fi
+  if ls "$WHEEL_DIR"/llama_cpp_python-"$VERSION"-*.whl >/dev/null 2>&1; then
+    "$REPO/.venv/bin/python" -m pip install -q "$WHEEL_DIR"/llama_cpp_python-"$VERSION"-*.whl
+  fi
 fi
 echo "$SERVER"

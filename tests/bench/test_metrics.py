@@ -126,6 +126,7 @@ def test_stream_figures_count_from_the_anchor():
     assert m["longest_pause_s"] == pytest.approx(0.8) and m["total_paused_s"] == pytest.approx(0.8)
     assert m["itl_max_ms"] == pytest.approx(800.0)  # 2.2 -> 3.0 ends after the anchor: it counts
     assert m["token_rate"] == pytest.approx(3 / (3.1 - 2.5))  # tokens at 3.0, 3.0 (joiner), 3.1
+    assert m["output_throughput"] == pytest.approx(7 / 3.1)  # every token, first send (0.0) to last token
     assert pauses_over(stream, 0.5, since=2.5) == [(2.2, 3.0)]
     assert compute_metrics({**r, "anchor_at": None})["longest_pause_s"] == pytest.approx(2.0)
 

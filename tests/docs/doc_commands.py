@@ -177,14 +177,17 @@ CHECKS: dict[str, object] = {
         "LS=~/.cache/strata/llama.cpp-0.3.36/build/bin/llama-server",
         ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
         "$LS -m /tmp/strata-tiny-moe.gguf --port 8090 --parallel 4 -c 32768 --no-kv-unified &",
+        ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out bench-out/vs-llama-server --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm mixed='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -b 512 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
         ".venv/bin/strata-verify interleave --url http://127.0.0.1:8090 --scale 0.05",
         ".venv/bin/strata-verify determinism --url http://127.0.0.1:8090 --against strata_verify/golden/reference-cpu.json",
     )},
     # docs/MODEL.md
     ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
-    ".venv/bin/python benchmarks/bench_model.py --repeats 3 --decode-steps 32 --out bench-out/bench_model.json": Run(((r"--repeats 3", "--repeats 1"),)),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
+    # docs/BATCHING.md
+    ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json":
+        Run(((r"--repeat 3", "--repeat 1 --long 600 --tokens 24"),)),
     # docs/BENCH.md
     ".venv/bin/strata-bench demo": Skip("the README's main command runs the same demo (README.md, first block)"),
     ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050": Run(PRESET_SMALL),

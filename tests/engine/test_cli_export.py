@@ -27,6 +27,16 @@ def test_export_writes_a_gguf_file_and_names_the_window_llama_cpp_ignores(tmp_pa
     assert "applies no sliding window" in result.stderr and "1024 tokens" in result.stderr
 
 
+def test_export_f16_halves_the_file_and_an_unknown_dtype_is_refused(tmp_path):
+    pytest.importorskip("gguf", reason="the gguf package comes with llama.cpp: bash scripts/install_llama_cpp.sh")
+    f32, f16 = tmp_path / "f32.gguf", tmp_path / "f16.gguf"
+    assert export("--gguf", str(f32)).returncode == 0
+    assert export("--gguf", str(f16), "--dtype", "f16").returncode == 0
+    assert 0.4 < f16.stat().st_size / f32.stat().st_size < 0.6
+    refused = export("--gguf", str(tmp_path / "x.gguf"), "--dtype", "q4_0")
+    assert refused.returncode == 2 and "'q4_0' is not one of 'f32', 'f16'" in refused.stderr
+
+
 def test_an_unsupported_model_is_refused_naming_why(tmp_path):
     pytest.importorskip("gguf", reason="the gguf package comes with llama.cpp: bash scripts/install_llama_cpp.sh")
     model = tmp_path / "llama"
