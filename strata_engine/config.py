@@ -22,6 +22,7 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
 }
 
 STAGE_WORKERS = ("auto", "thread", "dist")
+STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
 STAGE_RANKS = ("launch", "join")
 
 ENV_HELP = {
@@ -181,6 +182,11 @@ class EngineConfig:
         NCCL path has been measured on a GPU."""
         if self.stage_workers != "auto":
             return self.stage_workers
+        chosen = (os.environ if self.env is None else self.env).get(STAGE_WORKERS_ENV, "")
+        if chosen:  # what auto means here (the test suite keeps its many small engines on threads)
+            if chosen not in ("thread", "dist"):
+                raise ValueError(f"{STAGE_WORKERS_ENV} must be thread or dist, got {chosen!r}")
+            return chosen
         overlap = self.num_stages >= 2 and self.resolved_batch_groups() >= 2
         cpu_only = all(str(device).startswith("cpu") for device in stage_devices)
         return "dist" if overlap and cpu_only and (os.cpu_count() or 1) >= self.num_stages else "thread"

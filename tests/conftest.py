@@ -1,8 +1,17 @@
 """Fixtures every suite shares: llama.cpp's `llama-server` and the embedded model as GGUF, for the tests
-against an engine this project did not write (bench and verify alike)."""
+against an engine this project did not write (bench and verify alike); and thread stages for `auto`."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# `--stage-workers auto` puts 2-stage, 2-group CPU engines on torch.distributed stage ranks, which take ~3.5 s
+# more to start and stop than threads; the suite starts many small engines, so auto means threads here
+# (inherited by the engines tests start as subprocesses). The ranks have tests of their own
+# (tests/engine/test_dist_*.py, explicit `stage_workers="dist"`), and CI's gate after the suite runs the
+# default engine on them.
+os.environ.setdefault("STRATA_STAGE_WORKERS", "thread")
 
 LLAMA_INSTALL = "run `bash scripts/install_llama_cpp.sh` to build it"
 

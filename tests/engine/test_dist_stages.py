@@ -145,13 +145,20 @@ def test_stage_workers_config():
     assert EngineConfig(stage_workers="thread").stage_workers_for() == "thread"
     assert EngineConfig(devices=("cuda:0", "cuda:1")).stage_workers_for() == "thread"
     # auto: ranks where stages can overlap (2+ stages, 2+ groups, all on the CPU, a core each), threads elsewhere
-    two_groups = EngineConfig(split=2, batch=4, batch_groups=2)
+    # (env={}: the suite's conftest sets STRATA_STAGE_WORKERS=thread for its own engines)
+    two_groups = EngineConfig(split=2, batch=4, batch_groups=2, env={})
     expected = "dist" if (os.cpu_count() or 1) >= 2 else "thread"
     assert two_groups.stage_workers_for(["cpu", "cpu"]) == expected
-    assert EngineConfig(split=2, batch=4, batch_groups="auto").stage_workers_for(["cpu", "cpu"]) == expected
-    assert EngineConfig(split=2, batch=4, batch_groups=1).stage_workers_for(["cpu", "cpu"]) == "thread"
-    assert EngineConfig(batch=4, batch_groups=2).stage_workers_for(["cpu"]) == "thread"  # one stage
+    assert EngineConfig(split=2, batch=4, batch_groups="auto", env={}).stage_workers_for(["cpu", "cpu"]) == expected
+    assert EngineConfig(split=2, batch=4, batch_groups=1, env={}).stage_workers_for(["cpu", "cpu"]) == "thread"
+    assert EngineConfig(batch=4, batch_groups=2, env={}).stage_workers_for(["cpu"]) == "thread"  # one stage
     assert two_groups.stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
+    # STRATA_STAGE_WORKERS sets what auto picks; an explicit --stage-workers wins over it
+    assert EngineConfig(split=2, batch=4, batch_groups=2, env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for(["cpu", "cpu"]) == "thread"
+    assert EngineConfig(split=2, batch=4, batch_groups=1, env={"STRATA_STAGE_WORKERS": "dist"}).stage_workers_for() == "dist"
+    assert EngineConfig(stage_workers="dist", env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for() == "dist"
+    with pytest.raises(ValueError, match="STRATA_STAGE_WORKERS must be thread or dist, got 'process'"):
+        EngineConfig(split=2, batch=4, env={"STRATA_STAGE_WORKERS": "process"}).stage_workers_for()
 
 
 @pytest.fixture(scope="module")
