@@ -156,14 +156,11 @@ class MoE(nn.Module):
         _, weights, experts = self.route(x)
         if real is not None and real < x.shape[0]:
             weights, experts = weights[:real], experts[:real]
-        counts = None
-        if x.shape[0] <= self.EVERY_EXPERT_MAX_TOKENS and self.num_experts <= 4 * self.top_k:
+        every, counts = x.shape[0] <= self.EVERY_EXPERT_MAX_TOKENS and self.num_experts <= 4 * self.top_k, None
+        if every and self.row_tile > 1:  # padded rows: all experts only where the real rows chose over half
             counts = torch.bincount(experts.flatten(), minlength=self.num_experts).tolist()
-            chosen = sum(1 for count in counts if count)
-        if counts is not None and 2 * chosen > self.num_experts:  # more than half the experts: all of them at once
-            out = self._every_expert(x, weights, experts)
-        else:
-            out = self._routed(x, weights, experts, counts)
+            every = 2 * sum(1 for count in counts if count) > self.num_experts
+        out = self._every_expert(x, weights, experts) if every else self._routed(x, weights, experts, counts)
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
@@ -174,7 +171,8 @@ class MoE(nn.Module):
     # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path. But with rows
     # padded to the tile, every expert costs a full tile of rows: where the real rows chose few experts
     # (one decode row: top_k of them) the loop over those alone is cheaper; measured on strata-tiny-moe
-    # (docs/MODEL.md), the loop wins up to half the experts.
+    # (docs/MODEL.md), the loop wins up to half the experts. Unpadded (GPU), the every-expert path stays:
+    # it needs no host round trip.
     EVERY_EXPERT_MAX_TOKENS = 32
 
     def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
