@@ -175,10 +175,9 @@ class EngineConfig:
 
         auto, by the rule measured with benchmarks/bench_pipeline.py (docs/DISTRIBUTED.md, "Which workers
         auto picks"): ranks where stages can overlap, that is 2 or more stages and 2 or more batch groups,
-        every stage on the CPU and a core for each (there 2 groups of 4 decoded at 1.85x one group on ranks,
-        1.28x on threads, whose stages share the GIL); threads otherwise (one group overlaps nothing: 493 /
-        515 tok/s on threads, 402 / 527 on ranks in two runs, and a thread pipeline starts in 0.5 s against
-        the ranks' 3.5 s). CUDA stays on threads until the
+        every stage on the CPU and a core for each (there, in three runs, 2 groups of 4 decoded at 1.35-1.85x
+        one group on ranks and 1.14-1.40x on threads, whose stages share the GIL); threads otherwise (one
+        group overlaps nothing, and a thread pipeline starts ~3 s sooner). CUDA stays on threads until the
         NCCL path has been measured on a GPU."""
         if self.stage_workers != "auto":
             return self.stage_workers

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-# `--stage-workers auto` puts 2-stage, 2-group CPU engines on torch.distributed stage ranks, which take ~3.5 s
-# more to start and stop than threads; the suite starts many small engines, so auto means threads here
+# `--stage-workers auto` puts 2-stage, 2-group CPU engines on torch.distributed stage ranks, which take ~3 s
+# more to start and stop than threads (benchmarks/bench_ring.py); the suite starts many small engines, so auto means threads here
 # (inherited by the engines tests start as subprocesses). The ranks have tests of their own
 # (tests/engine/test_dist_*.py, explicit `stage_workers="dist"`), and CI's gate after the suite runs the
 # default engine on them.

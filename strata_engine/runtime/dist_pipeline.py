@@ -182,7 +182,7 @@ class DistPipeline:
             if frame is None and (entry.epoch != self.epoch or self._broken is not None):
                 mb.error = StageRankError(self._broken or "the stage ranks restarted while this micro-batch was in flight")
                 return mb
-            frame = frame or self._receive_frame()
+            frame = self._receive_frame() if frame is None else frame
             if frame is None:
                 mb.error = StageRankError(self._broken)
                 return mb

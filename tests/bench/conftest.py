@@ -63,3 +63,12 @@ def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """The real console script in a subprocess."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+
+
+def assert_usage_errors(command: str, cases: list[tuple[list[str], str]], out: Path) -> None:
+    """Each (args, words) of `strata-bench COMMAND` exits 2 naming `words` on stderr, and writes no `out`."""
+    for args, words in cases:
+        r = bench(command, *args, "--out", str(out))
+        assert r.returncode == 2, (args, r.stderr)
+        assert words in r.stderr, (args, r.stderr)
+    assert not out.exists()

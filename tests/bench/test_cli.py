@@ -6,7 +6,7 @@ import time
 
 from strata_bench.engines.launcher import free_port
 
-from .conftest import BENCH, REPO, bench
+from .conftest import BENCH, REPO, assert_usage_errors, bench
 
 SYN = "python -m strata_bench.synthetic --port {port} --itl-ms 5 --read-ms-per-token 0.1"
 PIECES = SYN + " --mode pieces --piece-tokens 500 --piece-decode-ms 20"
@@ -24,11 +24,7 @@ def test_bad_input_is_a_usage_error_before_anything_runs(tmp_path):
         (["--preset", "nope"], "unknown preset"),
         (["--preset", "demo", "--time-scale", "5"], "real engine"),
     ]
-    for args, words in cases:
-        r = bench("run", *args, "--out", str(out))
-        assert r.returncode == 2, (args, r.stderr)
-        assert words in r.stderr, (args, r.stderr)
-    assert not out.exists()
+    assert_usage_errors("run", cases, out)
     r = bench("report", str(tmp_path))
     assert r.returncode == 2 and "not a bench directory" in r.stderr
 

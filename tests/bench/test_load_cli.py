@@ -3,7 +3,7 @@ import json
 
 from strata_bench.engines.launcher import free_port
 
-from .conftest import bench
+from .conftest import assert_usage_errors, bench
 
 FAST = "python -m strata_bench.synthetic --port {port} --itl-ms 5 --read-ms-per-token 0.05 --mode free"
 SLOW = "python -m strata_bench.synthetic --port {port} --itl-ms 15 --read-ms-per-token 0.05 --mode free"
@@ -20,11 +20,7 @@ def test_load_bad_input_is_a_usage_error_naming_it(tmp_path):
         (["--arm", f"a={FAST}", "--arm", f"a={FAST}", "--concurrency", "1", "--requests", "3"], "unique"),
         (["--arm", f"a=@http://127.0.0.1:{free_port()}", "--concurrency", "1", "--requests", "3"], "does not answer"),
     ]
-    for args, words in cases:
-        r = bench("load", *args, "--out", str(out))
-        assert r.returncode == 2, (args, r.stderr)
-        assert words in r.stderr, (args, r.stderr)
-    assert not out.exists()
+    assert_usage_errors("load", cases, out)
     r = bench("load-report", str(tmp_path))
     assert r.returncode == 2 and "not a bench directory" in r.stderr
 

@@ -186,6 +186,7 @@ CHECKS: dict[str, object] = {
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
     # docs/BATCHING.md
+    ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(((r"--tokens 200", "--tokens 40"),)),
     ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json":
         Run(((r"--repeat 3", "--repeat 1 --long 600 --tokens 24"),)),
     # docs/BENCH.md
