@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..model.transformer import MoE
+from .weight_layout import gemm_layout
 
 GEMM_ROW_TILE = 16  # every M >= 16 gave the same rows
 ODD_WIDTH_ROW_TILE = 32  # one vector step of floats: an op over [M, odd width] needs M a multiple of it
@@ -45,10 +46,13 @@ def padded_rows(rows: int, row_tile: int) -> int:
 
 
 def apply_row_tile(model: torch.nn.Module, row_tile: int) -> None:
-    """Set every MoE layer's expert row padding (from outside the model, after it is built)."""
+    """Set every MoE layer's expert row padding (from outside the model, after it is built and placed), and
+    lay its CPU float32 weights out for the padded GEMMs: column-major with a tile, row-major without
+    (runtime/weight_layout.py: faster at padded row counts, and bitwise the same there)."""
     for module in model.modules():
         if isinstance(module, MoE):
             module.row_tile = row_tile
+    gemm_layout(model, column_major=row_tile > 1)
 
 
 def gemm_inner_sizes(config) -> set[int]:
@@ -74,7 +78,7 @@ def probe_gemm_rows(inner_sizes: set[int], row_tile: int, threads: int | None, s
     try:
         generator = torch.Generator().manual_seed(seed)
         for inner in sorted(inner_sizes):
-            weight = torch.randn(384, inner, generator=generator)
+            weight = torch.randn(inner, 384, generator=generator).t()  # column-major, as apply_row_tile lays them
             x = torch.randn(row_tile * 33, inner, generator=generator)
             alone = torch.cat([torch.nn.functional.linear(x[i : i + row_tile], weight) for i in range(0, x.shape[0], row_tile)])
             for tiles in (2, 3, 5, 33):
