@@ -3,7 +3,8 @@
 
 Measures, for the default model (or --model): prefill tokens/s (a --prompt-tokens prompt read in chunks of
 --chunk), decode tokens/s at batch 1 and batch 4 (greedy, KV cache), each through the engine's stage
-forward with batch invariance on (rows padded to the row tile, the default) and off (no padding); the
+forward with batch invariance on (rows padded to the row tile, the default) and off (no padding), and
+decode through the compiled step (`--compile`, runtime/compiled_step.py; --no-compile skips it); the
 same through transformers' `generate` on the same HF directory; and prefill and batch-1 greedy decode
 through llama.cpp (llama-cpp-python, an optional dependency: its arms are skipped with a message where it
 is not installed) on the model exported with `strata-engine export --gguf` (f32). Every engine runs at
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
+from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
@@ -67,10 +69,10 @@ def prefill_flops(c: ModelConfig, tokens: int) -> float:
     return 2 * per_token * tokens + attention
 
 
-def step(model, kv: KVCache, rows, row_tile: int) -> torch.Tensor:
+def step(model, kv: KVCache, rows, row_tile: int, compiled=None) -> torch.Tensor:
     """One micro-batch as a one-stage engine runs it: rows (slot, first position, ids) -> logits [rows, V]."""
     part = Part.ragged(rows, want_logits=True)
-    stage_forward(model, range(model.config.num_layers), kv, part, True, True, row_tile, "cpu")
+    stage_forward(model, range(model.config.num_layers), kv, part, True, True, row_tile, "cpu", compiled)
     return part.logits
 
 
@@ -81,20 +83,34 @@ def ours_prefill(model, config, prompt: list[int], chunk: int, row_tile: int) ->
         step(model, kv, [(0, start, prompt[start : start + chunk])], row_tile)
 
 
-def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int) -> tuple[float, list[int]]:
+def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int, compiled=None) -> tuple[float, list[int]]:
     """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds, and
-    row 0's greedy tokens."""
+    row 0's greedy tokens. compiled: (its KV cache, a CompiledDecode over it) for the compiled decode step."""
     apply_row_tile(model, row_tile)
     batch, length = len(prompts), len(prompts[0])
-    kv = KVCache(config, num_slots=batch, ctx=length + steps + 1)
+    kv, compiled = compiled or (KVCache(config, num_slots=batch, ctx=length + steps + 1), None)
     tokens = [int(step(model, kv, [(slot, 0, ids)], row_tile)[0].argmax()) for slot, ids in enumerate(prompts)]
     first = []
     start = time.perf_counter()
     for position in range(length, length + steps):
         first.append(tokens[0])
-        logits = step(model, kv, [(slot, position, [token]) for slot, token in enumerate(tokens)], row_tile)
+        logits = step(model, kv, [(slot, position, [token]) for slot, token in enumerate(tokens)], row_tile, compiled)
         tokens = logits.argmax(-1).tolist()
     return time.perf_counter() - start, first
+
+
+COMPILED: dict[tuple[int, int], tuple[KVCache, CompiledDecode]] = {}  # (batch, threads) -> its KV cache and step
+
+
+def compiled_step(model, config, batch: int, threads: int, ctx: int) -> tuple[KVCache, CompiledDecode]:
+    """The compiled decode step for `batch` rows at `threads` threads over its own KV cache, compiled on first
+    use (inductor's CPU kernels keep the thread count they were compiled with)."""
+    if (batch, threads) not in COMPILED:
+        tile = row_tile_for(config)
+        apply_row_tile(model, tile)
+        kv = KVCache(config, num_slots=batch, ctx=ctx)
+        COMPILED[batch, threads] = kv, CompiledDecode(model, range(config.num_layers), kv, True, True, tile, batch, threads)
+    return COMPILED[batch, threads]
 
 
 def hf_generate_seconds(hf, prompts: list[list[int]], new_tokens: int) -> float:
@@ -117,6 +133,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--matmul-size", type=int, default=2048)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp arms even where llama-cpp-python is installed")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the compiled decode step (strata-engine serve --compile; compiled once per batch and thread count)")
     p.add_argument("--out", type=Path, default=Path("bench-out/bench_model.json"))
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -151,6 +169,7 @@ def main() -> None:
         a, b = torch.randn(args.matmul_size, args.matmul_size), torch.randn(args.matmul_size, args.matmul_size)
         torch.mm(a, b), ours_prefill(model, config, prompt, args.chunk, tiles["ours"])  # warm-up
         hf_generate_seconds(hf, [prompt], 1)
+        ctx = args.decode_prompt + args.decode_steps + 1
         for _ in range(args.repeats):
             for t in threads:
                 torch.set_num_threads(t)
@@ -166,6 +185,10 @@ def main() -> None:
                     for arm, tile in tiles.items():
                         took, greedy[arm] = ours_decode(model, config, rows[:batch], args.decode_steps, tile)
                         record(f"{arm}_decode_b{batch}_t{t}", took)
+                    if args.compile:
+                        took, greedy["ours_compiled"] = ours_decode(model, config, rows[:batch], args.decode_steps, tiles["ours"],
+                                                                    compiled_step(model, config, batch, t, ctx))
+                        record(f"ours_compiled_decode_b{batch}_t{t}", took)
                     one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
                     record(f"hf_decode_b{batch}_t{t}", full - one)
     if llama:
@@ -174,6 +197,8 @@ def main() -> None:
     best = {name: min(values) for name, values in samples.items()}
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
     r["greedy_tokens_equal_llama"] = greedy["llama"][: len(greedy["ours"])] == greedy["ours"] if llama else None
+    r["compiled_tokens_equal_eager"] = greedy["ours_compiled"] == greedy["ours"] if args.compile else None
+    r["compile_s"] = {f"b{b}_t{t}": round(c.compile_s, 1) for (b, t), (_, c) in COMPILED.items()}
     work = {"prefill": len(prompt), "decode_b1": args.decode_steps, "decode_b4": 4 * args.decode_steps}
     rates: dict[str, dict[str, float]] = {}  # "<engine>_<measure>" -> {"t1": tok/s, ...}
     for name, secs in best.items():
@@ -206,25 +231,30 @@ def render(r: dict, args) -> str:
     lines = [
         f"model {r['model']}, threads {r['threads']}, torch {r['torch']}, best of {args.repeats} alternating repeats, "
         f"each engine at its best thread count (in brackets); raw numbers in {args.out}", "",
-        f"| tok/s | strata (invariant, rows padded to {r['row_tile']}) | strata (padding off) | transformers | llama.cpp |",
-        "|---|---:|---:|---:|---:|",
+        f"| tok/s | strata (invariant, rows padded to {r['row_tile']}) | strata compiled | strata (padding off) | transformers "
+        "| llama.cpp |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for measure, label in (("prefill", f"prefill ({args.prompt_tokens} tokens, chunks of {args.chunk})"),
                            ("decode_b1", "decode, batch 1"), ("decode_b4", "decode, batch 4")):
-        lines.append(f"| {label} | {cell('ours_' + measure)} | {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} "
-                     f"| {cell('llama_' + measure)} |")
-    lines += ["", "| target | invariant | padding off |", "|---|---:|---:|"]
+        lines.append(f"| {label} | {cell('ours_' + measure)} | {cell('ours_compiled_' + measure)} "
+                     f"| {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} | {cell('llama_' + measure)} |")
+    lines += ["", "| target | invariant | compiled | padding off |", "|---|---:|---:|---:|"]
     for label, num, den in (("decode batch 1 / llama.cpp batch 1 >= 1.0", "decode_b1", "llama_decode_b1"),
                             ("prefill / llama.cpp >= 1.0", "prefill", "llama_prefill"),
                             ("decode batch 4 (aggregate) / llama.cpp batch 1 >= 2.0", "decode_b4", "llama_decode_b1"),
                             ("decode batch 4 / transformers batch 4 >= 2.0", "decode_b4", "hf_decode_b4"),
                             ("prefill / transformers >= 1.0", "prefill", "hf_prefill")):
-        lines.append(f"| {label} | {ratio('ours_' + num, den)} | {ratio('ours_padding_off_' + num, den)} |")
+        lines.append(f"| {label} | {ratio('ours_' + num, den)} | {ratio('ours_compiled_' + num, den)} "
+                     f"| {ratio('ours_padding_off_' + num, den)} |")
     lines.append("")
     lines.append(f"prefill useful GFLOP/s {r['ours_prefill_gflops']:.1f} against fp32 mm {args.matmul_size}^3 {r['matmul_gflops']:.1f} "
                  f"({r['ours_prefill_gflops'] / r['matmul_gflops']:.2f})")
     if r["llama_cpp"]:
         lines.append(f"greedy tokens of decode row 0 equal llama.cpp's: {r['greedy_tokens_equal_llama']}")
+    if r["compiled_tokens_equal_eager"] is not None:
+        lines.append(f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}; "
+                     f"compile seconds per (batch, threads): {r['compile_s']}")
     return "\n".join(lines)
 
 

@@ -82,7 +82,9 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
         split_layers(model, stages, dtype)
-        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads)
+        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, compile=config.compile)
+    if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
+        pipeline.batch_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     return Backend(
         executor=TorchExecutor(pipeline),
@@ -106,7 +108,7 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
                         max_tokens=sched.prefill_chunk + sched.batch,
-                        row_tile=default_row_tile(model_config, stages[0].device, dtype))
+                        row_tile=default_row_tile(model_config, stages[0].device, dtype), compile=config.compile)
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

@@ -16,7 +16,7 @@ from .config import ENV_HELP, ENV_VARS, EngineConfig
 
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
                 "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
-                "stage_ranks", "stage_timeout_s", "log_events")
+                "stage_ranks", "stage_timeout_s", "compile", "log_events")
 
 
 def _epilog() -> str:
@@ -82,6 +82,9 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--stage-timeout", "stage_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
                      show_default=True, help="dist: seconds a micro-batch may take before its stage rank is "
                                              "declared hung (its requests fail naming the rank)."),
+        click.option("--compile/--no-compile", default=False, show_default=True,
+                     help="torch: run micro-batches of decode rows through a torch.compile'd step (compiled at start, "
+                          "before the server is ready; docs/MODEL.md, 'The compiled decode step')."),
         click.option("--log-events/--no-log-events", default=True, show_default=True,
                      help="Echo every engine event (PIECE, YIELDED, ...) as one line on stderr."),
     ]

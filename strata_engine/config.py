@@ -130,6 +130,7 @@ class EngineConfig:
     stage_workers: str = "auto"  # "thread", "dist" (one torch.distributed rank per stage) or "auto" (stage_workers_for)
     stage_ranks: str = "launch"  # dist: "launch" = start the stage ranks here; "join" = they join through env://
     stage_timeout_s: float = 60.0  # dist: the longest a micro-batch may take before its rank is declared hung
+    compile: bool = False  # torch: decode-only micro-batches through the compiled step (runtime/compiled_step.py)
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
@@ -156,6 +157,8 @@ class EngineConfig:
             raise ValueError(f"stage_ranks must be one of {', '.join(STAGE_RANKS)}, got {self.stage_ranks!r}")
         if self.stage_timeout_s <= 0:
             raise ValueError(f"stage_timeout_s must be > 0, got {self.stage_timeout_s}")
+        if self.compile and self.executor != "torch":
+            raise ValueError("--compile compiles the torch executor's model step; the sim executor has none")
         if self.stage_ranks == "join" and self.stage_workers != "dist":
             raise ValueError("--stage-ranks join needs --stage-workers dist")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":

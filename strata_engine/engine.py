@@ -257,6 +257,7 @@ class Engine:
             "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,
             "batch_invariant": bool(getattr(self.executor, "batch_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),
             "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
+            "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
         }
 
     def stats(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import torch
 
+from .dist_ranks import gloo_reason as _reason
 from .dist_stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
 from .dist_wire import HEADER, Kind, WirePart, decode, encode
 from .invariance import default_row_tile, padded_rows
@@ -50,7 +51,8 @@ class _Pending:
 class DistPipeline:
     def __init__(self, ranks, stages: Sequence[StagePlan], model: str, num_slots: int, ctx: int, dtype: torch.dtype,
                  hidden_size: int, vocab_size: int, threads: int | None = None, timeout_s: float = 60.0,
-                 max_tokens: int | None = None, startup_timeout_s: float = 300.0, row_tile: int | None = None):
+                 max_tokens: int | None = None, startup_timeout_s: float = 300.0, row_tile: int | None = None,
+                 compile: bool = False):
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
@@ -67,8 +69,9 @@ class DistPipeline:
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
         capacity = 65536 + 32 * padded + max(padded * hidden_size * itemsize, (num_slots + 1) * vocab_size * 4)
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
-                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile)
+                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile)
                       for p in self.stages]
+        self.compile_info = None  # the stage ranks' warm-ups (READY): graphs and seconds, summed
         self.batch_invariant = False  # until every stage rank's own probe says so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
@@ -101,7 +104,7 @@ class DistPipeline:
         for rank, spec in enumerate(self.specs, start=1):
             group.send([encode(Kind.SPEC, rank, data=spec.to_json())], rank, CONTROL).wait()
         timeout = datetime.timedelta(seconds=self.startup_timeout_s)
-        invariant: list[bool] = []
+        invariant, built = [], []
         for rank in range(1, self.world_size):
             buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
             try:
@@ -113,7 +116,9 @@ class DistPipeline:
             if frame.kind != Kind.READY:
                 raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))
             invariant.append(frame.data.decode().endswith("invariant 1"))
+            built += [float(n) for n in re.findall(r"(?:graphs|compile_s) ([\d.]+)", frame.data.decode())]
         self.batch_invariant = all(invariant)
+        self.compile_info = {"graphs": int(sum(built[0::2])), "compile_s": round(sum(built[1::2]), 2)} if built else None
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]
@@ -293,8 +298,3 @@ class DistPipeline:
         self.ranks.stop(timeout_s)
         self._group = None
 
-
-def _reason(err) -> str:
-    """gloo's message without its source path and its boilerplate advice."""
-    text = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(err))
-    return text.split(". This is typically")[0].strip()

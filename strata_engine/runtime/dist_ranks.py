@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,3 +123,9 @@ def _proc_state(pid: int) -> str | None:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def gloo_reason(err) -> str:
+    """gloo's message without its source path and its boilerplate advice."""
+    text = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(err))
+    return text.split(". This is typically")[0].strip()

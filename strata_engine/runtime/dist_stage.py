@@ -24,6 +24,7 @@ import torch.distributed as dist
 from .dist_wire import Kind, WirePart, decode, encode, error_bytes
 from .invariance import apply_row_tile, invariance_holds
 from .pipeline import Part, StagePlan
+from .compiled_step import compiled_stage
 from .stage_forward import stage_forward
 
 DATA, CONTROL = 0, 1
@@ -49,6 +50,7 @@ class StageSpec:
     capacity: int  # bytes of the largest frame this rank receives
     timeout_s: float
     row_tile: int = 1  # pad every GEMM's rows to a multiple of it (runtime/invariance.py)
+    compile: bool = False  # decode-only micro-batches through the compiled step (runtime/compiled_step.py)
 
     @property
     def plan(self) -> StagePlan:
@@ -76,7 +78,8 @@ def make_group(store, rank: int, world_size: int, generation: int = 0):
 
 
 def build_stage(spec: StageSpec):
-    """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do."""
+    """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do;
+    returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
     from .kv_cache import KVCache
     from ..model.weights import load_model
 
@@ -100,13 +103,17 @@ def build_stage(spec: StageSpec):
     model.eval()
     apply_row_tile(model, spec.row_tile)
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
-    return model, cache
+    compiled = None
+    if spec.compile:
+        compiled = compiled_stage(model, spec.plan, cache, spec.is_first, spec.is_last, spec.row_tile, spec.num_slots,
+                                  spec.threads)
+    return model, cache, compiled
 
 
-def run_part(spec: StageSpec, model, cache, wire: WirePart) -> WirePart:
+def run_part(spec: StageSpec, model, cache, wire: WirePart, compiled=None) -> WirePart:
     """One ragged part through this rank's layers, by the same stage_forward as the thread stages."""
     part = Part(wire.tokens, wire.positions, wire.layout(), wire.want_logits, hidden=wire.payload)
-    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device)
+    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device, compiled)
     payload = part.logits if spec.is_last else part.hidden  # the head needs the logits only: [R, V] float32
     return WirePart(wire.tokens, wire.positions, wire.slots, wire.lengths, wire.want_logits, payload)
 
@@ -142,18 +149,19 @@ def serve_stage(store, rank: int, world_size: int, model_override: str | None = 
     try:
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        model, cache = build_stage(spec)
+        model, cache, compiled = build_stage(spec)
         invariant = invariance_holds(model.config, spec.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
     except Exception as exc:
         group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
         return 2
-    ready = f"pid {os.getpid()} device {spec.device} invariant {int(invariant)}"
+    built = "" if compiled is None else f" graphs {compiled.graphs} compile_s {compiled.compile_s:.2f}"
+    ready = f"pid {os.getpid()} device {spec.device}{built} invariant {int(invariant)}"
     group.send([encode(Kind.READY, rank, data=ready.encode())], 0, CONTROL).wait()
     with torch.inference_mode():
-        return _serve(group, rank, world_size, spec, model, cache)
+        return _serve(group, rank, world_size, spec, model, cache, compiled)
 
 
-def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache) -> int:
+def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache, compiled) -> int:
     prev, nxt = rank - 1, (rank + 1) % world_size
     sender = _Sender(group, nxt, spec.timeout_s)
     buffers = [torch.empty(spec.capacity, dtype=torch.uint8) for _ in range(2)]
@@ -175,19 +183,19 @@ def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache) -> 
         raw = buffers[current][:frame.nbytes]
         current ^= 1
         receive = group.recv([buffers[current]], prev, DATA)  # the next frame arrives while this one computes
-        out = _compute(spec, model, cache, frame, raw)
+        out = _compute(spec, model, cache, compiled, frame, raw)
         try:
             sender.send(out)
         except RuntimeError:
             return 3  # the next rank is gone: the ranks after it, or the head, will name it
 
 
-def _compute(spec: StageSpec, model, cache, frame, raw: torch.Tensor) -> torch.Tensor:
+def _compute(spec: StageSpec, model, cache, compiled, frame, raw: torch.Tensor) -> torch.Tensor:
     if frame.kind != Kind.WORK:  # ERROR / SKIP pass through untouched
         return raw.clone()
     t0 = time.perf_counter()
     try:
-        parts = [run_part(spec, model, cache, part) for part in frame.parts]
+        parts = [run_part(spec, model, cache, part, compiled) for part in frame.parts]
     except Exception as exc:  # one micro-batch fails, the stage keeps serving
         return encode(Kind.ERROR, frame.seq, data=error_bytes(exc, spec.index))
     stage_us = frame.stage_us + [int((time.perf_counter() - t0) * 1e6)]

@@ -20,6 +20,7 @@ import torch
 
 from ..model.rows import Rows
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
+from .compiled_step import compile_info, compiled_stage
 from .kv_cache import KVCache
 from .stage_forward import stage_forward
 
@@ -102,11 +103,12 @@ class MicroBatch:
 
 class Stage(threading.Thread):
     def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
-                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int):
+                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int, compiled=None):
         super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
         self.plan, self.model, self.cache = plan, model, cache
         self.inbox, self.outbox = inbox, outbox
         self.is_first, self.is_last, self.threads, self.row_tile = is_first, is_last, threads, row_tile
+        self.compiled = compiled  # CompiledDecode: decode-only parts through the compiled step
 
     def run(self) -> None:
         if self.threads:
@@ -127,15 +129,17 @@ class Stage(threading.Thread):
                 self.outbox.put(mb)
 
     def _run_part(self, part: Part) -> None:
-        stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device)
+        stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device,
+                      self.compiled)
 
 
 class Pipeline:
     """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
     def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
-                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None):
-        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1)."""
+                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None, compile: bool = False):
+        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1).
+        compile: decode-only micro-batches through each stage's compiled step, compiled here (the warm-up)."""
         self.stages = list(stages)
         self.row_tile = default_row_tile(model.config, stages[0].device, dtype) if row_tile is None else row_tile
         self.threads = threads
@@ -147,9 +151,12 @@ class Pipeline:
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
+        compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads)
+                    if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
+        self.compile_info = compile_info(compiled)
         self._workers = [
-            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile)
-            for i, (plan, cache) in enumerate(zip(stages, self.caches))
+            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c)
+            for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
         ]
         for worker in self._workers:
             worker.start()

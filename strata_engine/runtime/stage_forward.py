@@ -22,7 +22,10 @@ def _pad(t: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def stage_forward(model: torch.nn.Module, layers: range, cache: KVCache, part, is_first: bool, is_last: bool,
-                  row_tile: int, device: str) -> None:
+                  row_tile: int, device: str, compiled=None) -> None:
+    """compiled: the stage's CompiledDecode (runtime/compiled_step.py), which takes decode-only parts."""
+    if compiled is not None and compiled.run(part):
+        return
     rows = part.rows.padded_to(padded_rows(part.rows.real, row_tile))
     positions = _pad(part.positions.to(device), rows.padded)  # padding at position 0: rotary stays finite
     if is_first:

@@ -101,6 +101,9 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
             out.write(f"STRATA_READY url={url}\n")
             out.flush()
             log.info("serving %s at %s", state.model_name, url)
+            compiled = state.engine.info().get("compiled") if state.engine is not None else None
+            if compiled:
+                log.info("compiled decode step: %d graph(s), %.1f s to compile", compiled["graphs"], compiled["compile_s"])
 
     def started() -> None:
         flags["started"] = True

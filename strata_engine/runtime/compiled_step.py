@@ -1,0 +1,163 @@
+"""The compiled decode step: one stage's layers under torch.compile, for micro-batches of decode rows only.
+
+Contract: `CompiledDecode(model, layers, cache, is_first, is_last, row_tile, num_slots, threads)` compiles,
+in its constructor (the warm-up, before the stage says it is ready), one graph per row bucket a decode
+micro-batch of 1..num_slots rows can fall in: the rows padded to the row tile (CPU float32), else to a
+power of two. `run(part)` runs a part whose rows are one decode token each through the compiled graph
+and sets `part.hidden` / `part.logits` exactly as `stage_forward` would; it returns False, doing nothing,
+for any other part (prompt chunks, the mixed read's chunk-plus-rows), which the caller runs eagerly.
+`graphs` and `compile_s` say what the warm-up built.
+
+Applied from outside the model, as gpt-fast does: the graph is the blocks' own modules (norms,
+projections, rotary, router, experts) with static shapes; the per-row attention over each slot's own
+prefix, and its KV writes, run as one opaque op (`strata::decode_attention`, eager inside: the same
+`attend_row` as the model's), so no host round trip is traced. MoE runs every expert on every row with
+padding rows weighted 0 (the model's every-expert path): static, where the eager step loops over the
+chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
+padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (measured: 5e-6 apart
+on strata-tiny-moe). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
+with the compiled step on (`runtime/pipeline.Pipeline.batch_invariant` says what holds).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..model.attention import attend_row
+from ..model.transformer import MoE
+from .invariance import padded_rows
+from .kv_cache import KVCache
+
+
+@torch.library.custom_op("strata::decode_attention", mutates_args=("k_cache", "v_cache"))
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+    """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding): write each row's key and value
+    at (slot, position), attend over the slot's positions 0..position; padding rows give zeros."""
+    out = torch.zeros_like(q)
+    for i, (slot, position) in enumerate(zip(slots.tolist(), positions.tolist())):
+        if slot < 0:
+            continue
+        k_cache[slot, :, position] = k[i].to(k_cache.dtype)
+        v_cache[slot, :, position] = v[i].to(v_cache.dtype)
+        keys, values = k_cache[slot : slot + 1, :, : position + 1], v_cache[slot : slot + 1, :, : position + 1]
+        o = attend_row(q[i : i + 1].transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), positions[i : i + 1], True,
+                       None if window < 0 else window)
+        out[i] = o[0, :, 0]
+    return out
+
+
+@decode_attention.register_fake
+def _(q, k, v, k_cache, v_cache, slots, positions, window):
+    return torch.empty_like(q)
+
+
+def _allow_recompiles(graphs: int) -> None:
+    """Every stage and bucket is a recompile of one function: let dynamo keep them all (default 8)."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), 64, graphs))
+
+
+def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
+    """rows -> the padded row count of its graph: a multiple of the row tile, else a power of two."""
+    if row_tile > 1:
+        return {rows: padded_rows(rows, row_tile) for rows in range(1, num_slots + 1)}
+    return {rows: 1 << (rows - 1).bit_length() for rows in range(1, num_slots + 1)}
+
+
+class CompiledDecode:
+    def __init__(self, model: torch.nn.Module, layers: range, cache: KVCache, is_first: bool, is_last: bool,
+                 row_tile: int, num_slots: int, threads: int | None = None, device: str = "cpu"):
+        self.model, self.layers, self.cache = model, list(layers), cache
+        self.is_first, self.is_last, self.device = is_first, is_last, device
+        self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
+        self.bucket_of = buckets(num_slots, row_tile)
+        self.graphs = len(set(self.bucket_of.values()))
+        _allow_recompiles(self.graphs * 8)
+        self._step = torch.compile(self._forward, fullgraph=True, dynamic=False)
+        self.compile_s = self._warm_up(threads)
+
+    def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x: tokens [N] (first stage) or hidden [N, D]; weight [N, 1]: 1 for a row, 0 for padding."""
+        h = self.model.embed(x) if self.is_first else x
+        for i in self.layers:
+            block, kv = self.model.layers[i], self.cache.layers[i]
+            attn = block.self_attn
+            q, k, v = attn.project(block.input_layernorm(h), positions)
+            o = torch.ops.strata.decode_attention(q, k, v, kv.k, kv.v, slots, positions, self.window)
+            h = h + attn.o_proj(o.reshape(o.shape[0], -1))
+            x = block.post_attention_layernorm(h)
+            h = h + (_moe(block.mlp, x, weight) if isinstance(block.mlp, MoE) else block.mlp(x))
+        return self.model.head(h) if self.is_last else h
+
+    def _warm_up(self, threads: int | None) -> float:
+        """Compile every bucket now (rows at position 0 of the first slots: attention reads only positions a
+        request wrote itself, so these writes are never seen), at the stage's thread count: inductor's CPU
+        kernels keep the count they were compiled with."""
+        previous = torch.get_num_threads()
+        start = time.perf_counter()
+        try:
+            if threads:
+                torch.set_num_threads(threads)
+            largest = {bucket: rows for rows, bucket in self.bucket_of.items()}
+            with torch.inference_mode():
+                for rows in largest.values():
+                    self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
+                               torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,
+                                           dtype=next(self.model.parameters()).dtype))
+        finally:
+            torch.set_num_threads(previous)
+        return time.perf_counter() - start
+
+    def run(self, part) -> bool:
+        rows = part.rows.rows
+        if part.rows.real != len(rows) or len(rows) not in self.bucket_of or not part.want_logits:
+            return False  # not decode rows only (or more rows than any graph): the eager forward
+        for i in self.layers:
+            self.cache.layers[i].check([[row.slot, row.first, row.last] for row in rows])
+        hidden = None if self.is_first else part.hidden
+        if hidden is not None and hidden.shape[0] != self.bucket_of[len(rows)]:
+            return False
+        out = self._call([(row.slot, row.first) for row in rows], part.tokens, hidden)
+        if self.is_last:
+            part.hidden, part.logits = None, out[: len(rows)].float()
+        else:
+            part.hidden = out
+        return True
+
+    def _call(self, rows: list[tuple[int, int]], tokens: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
+        count = len(rows)
+        n = self.bucket_of[count]
+        slots = torch.tensor([s for s, _ in rows] + [-1] * (n - count))
+        positions = torch.tensor([p for _, p in rows] + [0] * (n - count), device=self.device)
+        weight = (slots >= 0).to(self.device, next(self.model.parameters()).dtype)[:, None]
+        if self.is_first:
+            x = torch.cat([tokens.to(self.device), tokens.new_zeros(n - count, device=self.device)])
+        else:
+            x = hidden.to(self.device)
+        return self._step(x, positions, slots, weight)
+
+
+def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The MoE layer on every expert (static shapes); padding rows weigh 0 on every expert."""
+    _, weights, experts = moe.route(x)
+    out = moe._every_expert(x, weights * weight, experts)
+    if moe.shared_expert is not None:
+        out = out + torch.sigmoid(moe.shared_expert_gate(x)) * moe.shared_expert(x)
+    return out
+
+
+def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool, is_last: bool, row_tile: int,
+                   num_slots: int, threads: int | None) -> CompiledDecode:
+    """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up."""
+    return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device)
+
+
+def compile_info(compiled) -> dict | None:
+    """What the stages' warm-ups built, for /v1/engine: graphs and seconds, summed; None when none compiled."""
+    built = [c for c in compiled if c is not None]
+    if not built:
+        return None
+    return {"graphs": sum(c.graphs for c in built), "compile_s": round(sum(c.compile_s for c in built), 2)}

@@ -1,0 +1,127 @@
+"""The compiled decode step (runtime/compiled_step.py): greedy tokens equal to the eager step's and to
+transformers' (dense, MoE, a shared expert, a sliding window, the shipped model), a row's logits
+bitwise the same alone and beside other rows, every other part left to the eager forward, the context
+limit still enforced, and the engine's --compile on thread stages and on stage ranks."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import greedy
+from test_model_sliding_window import windowed_checkpoint
+from tokens_equal import assert_tokens_equal
+from strata_engine import Engine, SamplingParams
+from strata_engine.config import EngineConfig
+from strata_engine.model import load_model
+from strata_engine.runtime.compiled_step import CompiledDecode, buckets
+from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
+from strata_engine.runtime.kv_cache import ContextOverflowError, KVCache
+from strata_engine.runtime.pipeline import Part
+from strata_engine.runtime.stage_forward import stage_forward
+
+PROMPTS = [[5, 17, 33, 2, 9, 41, 8], [60, 1, 1, 22, 3], [7, 7, 7, 70, 12, 30, 31, 4, 19]]
+
+
+def decode(model, prompts, steps: int, compiled: bool, ctx: int = 64, tile: int | None = None):
+    """Read each prompt into its slot, then decode every row together `steps` times; -> (tokens per row, last logits)."""
+    tile = row_tile_for(model.config) if tile is None else tile
+    apply_row_tile(model, tile)
+    layers = range(model.config.num_layers)
+    kv = KVCache(model.config, num_slots=len(prompts), ctx=ctx)
+    step = CompiledDecode(model, layers, kv, True, True, tile, len(prompts), threads=1) if compiled else None
+    out: list[list[int]] = [[] for _ in prompts]
+    with torch.inference_mode():
+        for slot, ids in enumerate(prompts):
+            part = Part.ragged([(slot, 0, ids)], want_logits=True)
+            stage_forward(model, layers, kv, part, True, True, tile, "cpu", step)
+            out[slot].append(int(part.logits[0].argmax()))
+        for _ in range(steps):
+            rows = [(slot, len(ids) + len(out[slot]) - 1, [out[slot][-1]]) for slot, ids in enumerate(prompts)]
+            part = Part.ragged(rows, want_logits=True)
+            stage_forward(model, layers, kv, part, True, True, tile, "cpu", step)
+            for slot, token in enumerate(part.logits.argmax(-1).tolist()):
+                out[slot].append(token)
+    return out, part.logits
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2_moe", "qwen3_moe"])
+def test_compiled_tokens_equal_eager_and_transformers(arch, hf_checkpoint):
+    directory, hf = hf_checkpoint(arch)
+    model = load_model(directory)[0]
+    eager, _ = decode(model, PROMPTS, 12, compiled=False)
+    compiled, _ = decode(model, PROMPTS, 12, compiled=True)
+    assert compiled == eager
+    for slot, ids in enumerate(PROMPTS):
+        with torch.inference_mode():
+            oracle = hf.generate(torch.tensor([ids]), max_new_tokens=13, do_sample=False)[0, len(ids):].tolist()
+        assert_tokens_equal(expected=oracle, actual=compiled[slot], label=f"{arch} row {slot}: compiled step vs transformers",
+                            expected_name="transformers", actual_name="compiled")
+
+
+def test_compiled_step_keeps_the_sliding_window(tmp_path):
+    hf = windowed_checkpoint("qwen3_moe", tmp_path)
+    model = load_model(tmp_path)[0]
+    prompt = [(7 * i + 3) % 90 for i in range(20)]  # longer than the window of 8: decode slices the last keys
+    compiled, _ = decode(model, [prompt], 16, compiled=True)
+    with torch.inference_mode():
+        oracle = hf.generate(torch.tensor([prompt]), max_new_tokens=17, do_sample=False)[0, len(prompt):].tolist()
+    assert_tokens_equal(expected=oracle, actual=compiled[0], label="compiled step, window 8", expected_name="transformers",
+                        actual_name="compiled")
+    assert compiled[0] == greedy(model, prompt, 17, chunk=len(prompt))
+
+
+def test_shipped_model_tokens_equal_eager():
+    model = load_model("strata-tiny-moe")[0]
+    prompts = [list(b"def main():\n    "), list(b"import os\nimport "), list(b"class Point:\n")]
+    eager, _ = decode(model, prompts, 24, compiled=False)
+    compiled, _ = decode(model, prompts, 24, compiled=True)
+    assert compiled == eager
+
+
+def test_a_rows_logits_do_not_depend_on_the_rows_beside_it():
+    model = load_model("strata-tiny-moe")[0]
+    target = list(b"for i in range(")
+    alone, logits_alone = decode(model, [target], 6, compiled=True)
+    for others in ([list(b"x = 1\n")], [list(b"x = 1\n"), list(b"while True:"), list(b"#")]):
+        beside, logits = decode(model, others + [target], 6, compiled=True)
+        assert beside[-1] == alone[0]
+        assert torch.equal(logits[-1], logits_alone[0]), f"beside {len(others)} row(s): the target's logits moved"
+
+
+def test_only_decode_rows_take_the_compiled_step():
+    model = load_model("strata-tiny-moe")[0]
+    apply_row_tile(model, 16)
+    kv = KVCache(model.config, num_slots=3, ctx=32)
+    step = CompiledDecode(model, range(model.config.num_layers), kv, True, True, 16, 3, threads=1)
+    assert step.graphs == 1 and step.compile_s > 0
+    with torch.inference_mode():
+        assert not step.run(Part.ragged([(0, 0, [1, 2, 3])], want_logits=True)), "a prompt chunk"
+        assert not step.run(Part.ragged([(0, 3, [4, 5]), (1, 0, [6])], want_logits=True)), "a chunk beside a decode row"
+        assert step.run(Part.ragged([(0, 3, [4]), (1, 0, [6])], want_logits=True))
+        with pytest.raises(ContextOverflowError):
+            step.run(Part.ragged([(2, 32, [4])], want_logits=True))
+
+
+def test_buckets_bound_the_graphs():
+    assert set(buckets(6, 16).values()) == {16}
+    assert buckets(40, 16)[17] == 32 and len(set(buckets(40, 16).values())) == 3
+    assert buckets(6, 1) == {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 8}
+
+
+def test_compile_needs_the_torch_executor():
+    with pytest.raises(ValueError, match="--compile"):
+        EngineConfig(executor="sim", compile=True)
+
+
+@pytest.mark.parametrize("workers", ["thread", "dist"])
+def test_engine_compile_gives_the_eager_engines_text(workers):
+    prompts = ["def add(a, b):", "import sys\n", "class Stack:", "# a comment"]
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    with Engine.from_pretrained(batch=4, batch_groups=2, split=2, stage_workers="thread") as engine:
+        eager = [o.text for o in engine.generate(prompts, params)]
+    with Engine.from_pretrained(batch=4, batch_groups=2, split=2, stage_workers=workers, compile=True) as engine:
+        info = engine.info()
+        compiled = [o.text for o in engine.generate(prompts, params)]
+    assert info["compiled"]["graphs"] == 2, info["compiled"]  # one bucket (16 rows) on each of two stages
+    assert info["batch_invariant"]
+    assert compiled == eager
