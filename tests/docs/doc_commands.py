@@ -185,6 +185,7 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
+    ".venv/bin/python benchmarks/bench_weight_layout.py": Run(((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)),
     # docs/BATCHING.md
     ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(((r"--tokens 200", "--tokens 40"),)),
     ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json":
