@@ -16,7 +16,7 @@ padding rows weighted 0 (the model's every-expert path): static, where the eager
 chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
 padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (measured: 5e-6 apart
 on strata-tiny-moe). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
-with the compiled step on (`runtime/pipeline.Pipeline.batch_invariant` says what holds).
+with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
 """
 from __future__ import annotations
 

@@ -125,3 +125,10 @@ def test_engine_compile_gives_the_eager_engines_text(workers):
     assert info["compiled"]["graphs"] == 2, info["compiled"]  # one bucket (16 rows) on each of two stages
     assert info["batch_invariant"]
     assert compiled == eager
+
+
+def test_the_mixed_read_with_the_compiled_step_claims_no_invariance(monkeypatch):
+    """Its decode rows ride eager forwards during a read and the compiled step otherwise: not bitwise one path."""
+    monkeypatch.setenv("STRATA_PIPED_READ_MIX", "1")
+    with Engine.from_pretrained(batch=2, batch_groups=2, split=2, stage_workers="thread", compile=True) as engine:
+        assert engine.info()["read_mix"] and not engine.info()["batch_invariant"]
