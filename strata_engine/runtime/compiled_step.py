@@ -14,8 +14,8 @@ prefix, and its KV writes, run as one opaque op (`strata::decode_attention`, eag
 `attend_row` as the model's), so no host round trip is traced. MoE runs every expert on every row with
 padding rows weighted 0 (the model's every-expert path): static, where the eager step loops over the
 chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
-padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (measured: 5e-6 apart
-on strata-tiny-moe). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
+padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (5e-6 apart on
+strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
 with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .invariance import padded_rows
 from .kv_cache import KVCache
 
 
-# Registered with torch.library's low-level API: a call costs ~10 µs of dispatch where a
-# `torch.library.custom_op` costs ~33 µs (measured here), and the step makes one call per layer.
+# Registered with torch.library's low-level API: a call cost ~10 µs of dispatch where a
+# `torch.library.custom_op` cost ~33 µs (a one-off timing here), and the step makes one call per layer.
 _LIBRARY = torch.library.Library("strata", "DEF")
 _LIBRARY.define("decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, "
                 "Tensor positions, int window) -> Tensor")
@@ -62,11 +62,16 @@ _LIBRARY.impl("decode_attention", decode_attention, "CompositeExplicitAutograd")
 _LIBRARY.impl("decode_attention", _shape_only, "Meta")
 
 
+_GRAPHS = [0]  # graphs asked for in this process, over every CompiledDecode
+
+
 def _allow_recompiles(graphs: int) -> None:
-    """Every stage and bucket is a recompile of one function: let dynamo keep them all (default 8)."""
+    """Every stage and bucket is a recompile of one function (`_forward`): let dynamo keep all of this
+    process's, twice over for a weight layout switched back and forth (bench_model), at least 64."""
+    _GRAPHS[0] += graphs
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    setattr(config, name, max(getattr(config, name), 64, graphs))
+    setattr(config, name, max(getattr(config, name), 64, 2 * _GRAPHS[0]))
 
 
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
@@ -81,15 +86,17 @@ class CompiledDecode:
                  row_tile: int, num_slots: int, threads: int | None = None, device: str = "cpu"):
         self.model, self.layers, self.cache = model, list(layers), cache
         self.is_first, self.is_last, self.device = is_first, is_last, device
+        self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
         self.bucket_of = buckets(num_slots, row_tile)
         self.graphs = len(set(self.bucket_of.values()))
-        _allow_recompiles(self.graphs * 8)
+        _allow_recompiles(self.graphs)
         self._step = torch.compile(self._forward, fullgraph=True, dynamic=False)
         self.compile_s = self._warm_up(threads)
 
-    def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x: tokens [N] (first stage) or hidden [N, D]; weight [N, 1]: 1 for a row, 0 for padding."""
+    def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """x: tokens [N] (first stage) or hidden [N, D]; slots [N], -1 for a padding row."""
+        weight = (slots >= 0).to(x.device, self.dtype)[:, None]  # [N, 1]: 1 for a row, 0 for padding
         h = self.model.embed(x) if self.is_first else x
         for i in self.layers:
             block, kv = self.model.layers[i], self.cache.layers[i]
@@ -115,7 +122,7 @@ class CompiledDecode:
                 for rows in largest.values():
                     self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
                                torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,
-                                           dtype=next(self.model.parameters()).dtype))
+                                           dtype=self.dtype))
         finally:
             torch.set_num_threads(previous)
         return time.perf_counter() - start
@@ -124,8 +131,9 @@ class CompiledDecode:
         rows = part.rows.rows
         if part.rows.real != len(rows) or len(rows) not in self.bucket_of or not part.want_logits:
             return False  # not decode rows only (or more rows than any graph): the eager forward
+        bounds = [[row.slot, row.first, row.last] for row in rows]
         for i in self.layers:
-            self.cache.layers[i].check([[row.slot, row.first, row.last] for row in rows])
+            self.cache.layers[i].check(bounds)
         hidden = None if self.is_first else part.hidden
         if hidden is not None and hidden.shape[0] != self.bucket_of[len(rows)]:
             return False
@@ -141,12 +149,11 @@ class CompiledDecode:
         n = self.bucket_of[count]
         slots = torch.tensor([s for s, _ in rows] + [-1] * (n - count))
         positions = torch.tensor([p for _, p in rows] + [0] * (n - count), device=self.device)
-        weight = (slots >= 0).to(self.device, next(self.model.parameters()).dtype)[:, None]
         if self.is_first:
             x = torch.cat([tokens.to(self.device), tokens.new_zeros(n - count, device=self.device)])
         else:
             x = hidden.to(self.device)
-        return self._step(x, positions, slots, weight)
+        return self._step(x, positions, slots)
 
 
 def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -164,9 +171,9 @@ def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool,
     return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device)
 
 
-def compile_info(compiled) -> dict | None:
-    """What the stages' warm-ups built, for /v1/engine: graphs and seconds, summed; None when none compiled."""
-    built = [c for c in compiled if c is not None]
+def compile_info(built) -> dict | None:
+    """What the stages' warm-ups built, for /v1/engine: (graphs, seconds) per stage, summed; None for none."""
+    built = list(built)
     if not built:
         return None
-    return {"graphs": sum(c.graphs for c in built), "compile_s": round(sum(c.compile_s for c in built), 2)}
+    return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2)}

@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 
 from .dist_ranks import gloo_reason as _reason
+from .compiled_step import compile_info
 from .dist_stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
 from .dist_wire import HEADER, Kind, WirePart, decode, encode
 from .invariance import default_row_tile, padded_rows
@@ -71,7 +72,6 @@ class DistPipeline:
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
                                 str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile)
                       for p in self.stages]
-        self.compile_info = None  # the stage ranks' warm-ups (READY): graphs and seconds, summed
         self.batch_invariant = False  # until every stage rank's own probe says so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
@@ -116,9 +116,9 @@ class DistPipeline:
             if frame.kind != Kind.READY:
                 raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))
             invariant.append(frame.data.decode().endswith("invariant 1"))
-            built += [float(n) for n in re.findall(r"(?:graphs|compile_s) ([\d.]+)", frame.data.decode())]
+            built += [(int(g), float(s)) for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", frame.data.decode())]
         self.batch_invariant = all(invariant)
-        self.compile_info = {"graphs": int(sum(built[0::2])), "compile_s": round(sum(built[1::2]), 2)} if built else None
+        self.compile_info = compile_info(built)  # the stage ranks' warm-ups, as their READY says
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]

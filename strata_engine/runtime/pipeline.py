@@ -153,7 +153,7 @@ class Pipeline:
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
         compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads)
                     if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
-        self.compile_info = compile_info(compiled)
+        self.compile_info = compile_info((c.graphs, c.compile_s) for c in compiled if c is not None)
         self._workers = [
             Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c)
             for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
