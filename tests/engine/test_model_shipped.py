@@ -9,7 +9,7 @@ from helpers import greedy
 from tokens_equal import assert_tokens_equal
 from strata_engine.runtime.kv_cache import KVCache
 from strata_engine.model import load_model, load_tokenizer, resolve_model_path
-from strata_engine.model.tokenizer import ByteTokenizer
+from strata_engine.model.tokenizer import HFTokenizer
 
 NAME = "strata-tiny-moe"
 PROMPT = "import os\n\n\ndef read_config(path):\n    "
@@ -26,7 +26,7 @@ def test_loads_as_documented(shipped):
     assert config.max_position_embeddings >= 8192 and config.vocab_size == 258
     assert next(model.parameters()).dtype == torch.float32
     tok = load_tokenizer(resolve_model_path(NAME), config)
-    assert isinstance(tok, ByteTokenizer) and tok.eos_token_id == 257
+    assert isinstance(tok, HFTokenizer) and tok.eos_token_id == 257  # the shipped byte-level tokenizer.json
 
 
 def test_greedy_text_is_not_degenerate_and_margins_are_clear(shipped):
