@@ -50,9 +50,9 @@ class EngineClient:
         return self.server.family if self.server else STRATA
 
     @property
-    def cold(self) -> dict[str, Any]:
-        """The body fields that keep every request off the server's prefix cache ({} when it has no switch)."""
-        return dict(self.family.cold)
+    def cold(self) -> str | None:
+        """How every request keeps off the server's prefix cache (None when it has no switch)."""
+        return self.family.cold_description
 
     def info(self) -> dict[str, Any]:
         if self.server is None:

@@ -32,6 +32,7 @@ class Family:
     extras: dict[str, Any] = field(default_factory=dict)  # other fields the family understands
     tokenize: str | None = None  # POST path that counts a text's tokens
     cold: dict[str, Any] = field(default_factory=dict)  # body fields that keep a request off the prefix cache
+    cold_salt: str | None = None  # a body field whose fresh random value per request does the same (vLLM)
     events: bool = False  # Strata's GET /v1/events
 
     def headers(self, readable_id: str) -> dict[str, str]:
@@ -67,7 +68,17 @@ class Family:
             body[self.ids_out] = True
         if cold:
             body.update(self.cold)
+            if self.cold_salt:
+                body[self.cold_salt] = uuid.uuid4().hex
         return body
+
+    @property
+    def cold_description(self) -> str | None:
+        """How a request keeps off the prefix cache here, for reports; None when there is no switch."""
+        parts = [f"{k}={v!r}" for k, v in self.cold.items()]
+        if self.cold_salt:
+            parts.append(f"a fresh random {self.cold_salt} per request")
+        return ", ".join(parts) or None
 
 
 def wire_request_id(readable_id: str) -> str:
@@ -89,8 +100,11 @@ LLAMA_CPP = Family("llama.cpp", "llama.cpp llama-server", endpoint="/completion"
 LLAMA_CPP_PYTHON = Family("llama-cpp-python", "llama-cpp-python server", ids_in=False, request_ids="uuid",
                           greedy={**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0},
                           tokenize="/extras/tokenize")
+# vLLM: prefix-cache hits in usage.prompt_tokens_details.cached_tokens when served with
+# --enable-prompt-tokens-details; `cache_salt` (a fresh one per request) keeps a request off cached blocks.
 VLLM = Family("vllm", "vLLM", ids_in=True, ids_out="return_token_ids", greedy={**_NEUTRAL_OPENAI, "top_k": -1,
-              "min_p": 0, "repetition_penalty": 1.0}, extras={"ignore_eos": True}, tokenize="/tokenize")
+              "min_p": 0, "repetition_penalty": 1.0}, extras={"ignore_eos": True}, tokenize="/tokenize",
+              cold_salt="cache_salt")
 SGLANG = Family("sglang", "SGLang", ids_in=True, greedy={**_NEUTRAL_OPENAI, "top_k": -1, "min_p": 0,
                 "repetition_penalty": 1.0}, extras={"ignore_eos": True})
 OPENAI = Family("openai", "OpenAI-compatible server", greedy=dict(_NEUTRAL_OPENAI))

@@ -3,7 +3,10 @@
 Detection, in order: Strata answers GET /v1/engine; llama.cpp's llama-server answers GET /props with
 `total_slots` (and lists models `owned_by: llamacpp` with `meta.n_ctx`); vLLM and SGLang name themselves in
 `owned_by`; llama-cpp-python's models are `owned_by: me`; anything else is a generic OpenAI server (text
-prompts, no ids). `count_tokens` measures a text's real length through the family's tokenize endpoint.
+prompts, no ids). vLLM says its context (`max_model_len`) but not its vocabulary: it gets token ids when its
+/tokenize is shown to agree with our tokenizer of the model directory it serves (`agreement.py`), which
+then gives the vocabulary. `count_tokens` measures a text's real length through the family's tokenize
+endpoint.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from .agreement import check_agreement
 from .families import LLAMA_CPP, LLAMA_CPP_PYTHON, OPENAI, SGLANG, STRATA, VLLM, Family, family
 
 
@@ -25,6 +29,7 @@ class ServerInfo:
     slots: int | None  # requests it runs at once, when it says
     engine: dict[str, Any] | None  # GET /v1/engine (Strata) or GET /props (llama.cpp) as served
     ids_in: bool = True  # the server says it takes token-id prompts (Strata's own flag; else the family's)
+    tokenizer: str | None = None  # how we know its ids mean ours (or why text is sent), where it was checked
 
     @property
     def family(self) -> Family:
@@ -51,6 +56,7 @@ class ServerInfo:
             parts.append(f"context {self.ctx} per request")
         if self.slots:
             parts.append(f"{self.slots} slot{'s' if self.slots != 1 else ''}")
+        parts.append(f"{self.prompt_mode} prompts")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,7 +86,17 @@ def probe(url: str, timeout: float = 10.0) -> ServerInfo:
         if found is OPENAI and _get_json(client, f"{url}/get_model_info") is not None:
             found = SGLANG
         ctx = _int(first.get("max_model_len")) or _int(first.get("context_length"))
+        if found is VLLM:
+            return _vllm(client, url, model, first, ctx)
         return ServerInfo(found.name, model, None, None, ctx, None, None)
+
+
+def _vllm(client: httpx.Client, url: str, model: str | None, first: dict[str, Any], ctx: int | None) -> ServerInfo:
+    """vLLM: ids when its tokenizer is shown to be ours; vocabulary and eos then from the model directory."""
+    agreement = check_agreement(VLLM.label, (first.get("root"), model),
+                                lambda text: _tokenize(client, url, VLLM, text, model=model))
+    return ServerInfo(VLLM.name, model, agreement.vocab_size, agreement.eos_token_id, ctx, None, None,
+                      tokenizer=agreement.reason)
 
 
 def _llama_cpp(client: httpx.Client, url: str, model: str | None, first: dict[str, Any],

@@ -56,6 +56,14 @@ class StreamResult:
         value = (self.usage or {}).get("prompt_tokens")
         return value if isinstance(value, int) else None
 
+    @property
+    def cached_prompt_tokens(self) -> int | None:
+        """Prompt tokens the server took from its prefix cache (usage.prompt_tokens_details.cached_tokens),
+        where it reports them (Strata always; vLLM with --enable-prompt-tokens-details)."""
+        details = (self.usage or {}).get("prompt_tokens_details")
+        value = details.get("cached_tokens") if isinstance(details, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def tokens_between(self, start: float, end: float) -> int:
         return sum(1 for t in self.times if start <= t <= end)
 
@@ -89,7 +97,8 @@ class StreamResult:
 
         return {
             "name": self.name, "role": self.role, "request_id": self.request_id, "prompt_tokens": self.prompt_tokens,
-            "measured_prompt_tokens": self.measured_prompt_tokens, "prompt_sha256": self.prompt_sha256,
+            "measured_prompt_tokens": self.measured_prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens, "prompt_sha256": self.prompt_sha256,
             "max_tokens": self.max_tokens, "sent_at": rel(self.sent_at), "first_token_at": rel(self.first_token_at),
             "ended_at": rel(self.ended_at), "ended_by": self.ended_by, "error": self.error,
             "http_status": self.http_status, "finish_reason": self.finish_reason, "tokens": len(self.times),
