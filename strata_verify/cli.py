@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from strata_verify import independent, junit, manifest
+from strata_verify.behaviours import BEHAVIOURS, parse_lacks
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
 from strata_verify.client import GateError
@@ -74,14 +75,24 @@ def main() -> None:
 @click.option("--url", help="URL of a running server (any family: Strata, llama.cpp, vLLM, ...); solo runs then share it.")
 @click.option("--scale", type=float, default=1.0, show_default=True, help="Multiply the spec's sizes (40K long prompt).")
 @click.option("--tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
-@click.option("--vocab", type=int, help="Vocabulary size, for engines without GET /v1/engine.")
+@click.option("--vocab", type=int, help="Vocabulary size, for a server that says neither it (GET /v1/engine) nor "
+              "a tokenizer shown to agree with ours (vLLM's /tokenize).")
+@click.option("--lacks", "lacks", metavar="BEHAVIOURS", default="", help="Comma-separated spec behaviours the "
+              "engine under test is declared NOT to have: " + "; ".join(f"{k}: {v}" for k, v in BEHAVIOURS.items())
+              + ". Their steps are then 'not applicable' instead of failing as not exercised; equality checks "
+              "always count. Default: none (the spec's engine; e.g. vLLM: --lacks give-way).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
 @_output_options
-def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
+def interleave(engine, url, scale, tokens, vocab, lacks, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
     """A and B decode, C's long read joins, D gives way to E; every request must equal its solo run."""
     try:
+        declared = parse_lacks(lacks)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lacks") from None
+    try:
         plan = InterleavePlan(scale=scale, answer_tokens=tokens)
-        options = InterleaveOptions(plan=plan, near_tie=near_tie, phase_timeout=timeout, vocab_size=vocab)
+        options = InterleaveOptions(plan=plan, near_tie=near_tie, phase_timeout=timeout, vocab_size=vocab,
+                                    lacks=declared)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     target = _target(engine, url, default_engine_command(scale), start_timeout)
@@ -89,6 +100,8 @@ def interleave(engine, url, scale, tokens, vocab, timeout, near_tie, start_timeo
                           "prompts": " ".join(f"{k}={v}" for k, v in plan.prompt_lengths().items())})
     if not engine and not url:
         report.meta["default piece"] = default_piece(scale)
+    if declared:
+        report.meta["declared absent"] = ", ".join(sorted(declared))
     if url:
         report.meta["solo runs"] = ("on the same server after the interleaved run (--url: not a fresh engine); "
                                     "each request skips the prefix cache where the server has that switch")

@@ -2,7 +2,8 @@
 
 A step passes only when the engine's events (or, for servers without them, token arrival times on the
 client's clock) show that its interleaving happened; otherwise it is NOT_EXERCISED, which fails the gate.
-A server that runs one request at a time makes every step NOT_EXERCISED, with that reason. Token equality
+A server that runs one request at a time makes every step NOT_EXERCISED, with that reason. A step for a
+behaviour the run declares the engine to lack (`--lacks`, behaviours.py) is NOT_APPLICABLE instead. Token equality
 is judged per request on token ids, or on text where the server gives no ids; logprobs are compared
 bitwise only where the engine claims batch invariance, and their largest difference is always reported.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from strata_bench.engines.compare import first_difference
+from strata_verify.behaviours import apply_declaration
 from strata_verify.diverge import compare_answers, logprob_delta
-from strata_verify.interleave import InterleaveRun
+from strata_verify.interleave_run import InterleaveRun
 from strata_verify.read_trace import place_to_look, resume_step
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES
@@ -27,14 +29,15 @@ def judge(run: InterleaveRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
     if run.one_at_a_time is not None:
         names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES)]
-        return [Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, (run.cache,) if run.cache else (), build)
-                for name in names]
+        return apply_declaration([Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, (run.cache,) if run.cache else (),
+                                       build) for name in names], run.options.lacks)
     steps = [_decoders(run), _read_during_decode(run), _give_way(run)]
     steps += [_equal(run, name) for name in NAMES]
     feed = run.watcher.events if run.watcher is not None and run.watcher.available else None
     steps.append(resume_step(CHECK, feed, {name: run.interleaved[name].request_id for name in NAMES}))
     steps.append(_logprobs(run))
-    return [Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps]
+    return apply_declaration([Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps],
+                             run.options.lacks)
 
 
 def engine_has_pieces(info: dict[str, Any]) -> bool | None:

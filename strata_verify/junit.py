@@ -10,7 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from strata_verify.report import INFO, NOT_EXERCISED, Report
+from strata_verify.report import INFO, NOT_APPLICABLE, NOT_EXERCISED, Report
 
 
 # XML 1.0 forbids most control characters (an engine's stderr may hold ANSI colour codes).
@@ -35,6 +35,8 @@ def to_xml(report: Report) -> str:
             kind = "not-exercised" if step.status == NOT_EXERCISED else "mismatch"
             failure = ET.SubElement(case, "failure", message=_clean(f"{step.status}: {step.reason}"), type=kind)
             failure.text = body
+        elif step.status == NOT_APPLICABLE:
+            ET.SubElement(case, "skipped", message=_clean(step.reason))
         else:
             out = ET.SubElement(case, "system-out")
             prefix = "info: " if step.status == INFO else ""
@@ -50,6 +52,7 @@ def to_xml(report: Report) -> str:
         suite.set("tests", str(len(cases)))
         suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
         suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

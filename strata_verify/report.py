@@ -1,7 +1,8 @@
 """The gate's verdict: steps with a status and their evidence, rendered as text, markdown or JSON.
 
-Exit status: 0 only when there is at least one step and every step passed (steps marked `info`
-inform and never fail); 1 when any step failed or was not exercised; 2 when the gate could not run.
+Exit status: 0 only when at least one step passed and every step passed (steps marked `info` inform and
+never fail; `not applicable` marks a step for a behaviour the engine is declared to lack, which never
+fails either); 1 when any step failed or was not exercised; 2 when the gate could not run.
 A step whose interleaving did not happen is NOT_EXERCISED, which fails like a wrong answer.
 """
 from __future__ import annotations
@@ -14,7 +15,8 @@ PASS = "pass"
 FAIL = "fail"
 NOT_EXERCISED = "not exercised"
 INFO = "info"
-STATUSES = (PASS, FAIL, NOT_EXERCISED, INFO)
+NOT_APPLICABLE = "not applicable"  # a behaviour the engine is declared to lack (strata_verify.behaviours)
+STATUSES = (PASS, FAIL, NOT_EXERCISED, INFO, NOT_APPLICABLE)
 
 EXIT_OK, EXIT_FAIL, EXIT_GATE = 0, 1, 2
 
@@ -57,7 +59,7 @@ class Report:
     def exit_code(self) -> int:
         if self.gate_error is not None:
             return EXIT_GATE
-        if not any(s.status != INFO for s in self.steps):
+        if not any(s.status not in (INFO, NOT_APPLICABLE) for s in self.steps):
             return EXIT_FAIL  # nothing was checked: never a pass
         return EXIT_FAIL if any(s.failed for s in self.steps) else EXIT_OK
 
@@ -89,7 +91,7 @@ class Report:
         return "\n".join(lines)
 
     def render_markdown(self) -> str:
-        icon = {PASS: "✅", FAIL: "❌", NOT_EXERCISED: "⚠️ not exercised", INFO: "ℹ️"}
+        icon = {PASS: "✅", FAIL: "❌", NOT_EXERCISED: "⚠️ not exercised", INFO: "ℹ️", NOT_APPLICABLE: "➖ not applicable"}
         out = [f"### strata-verify: {self.verdict}", ""]
         for key, value in self.meta.items():
             out.append(f"- {key}: `{value}`")
@@ -117,8 +119,9 @@ class Report:
 
     def _summary_line(self) -> str:
         c = self.counts()
+        na = f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else ""
         return (f"strata-verify: {self.verdict} ({c[PASS]} passed, {c[FAIL]} failed, {c[NOT_EXERCISED]} not exercised, "
-                f"{c[INFO]} info; exit {self.exit_code})")
+                f"{c[INFO]} info{na}; exit {self.exit_code})")
 
 
 def _md(text: str) -> str:

@@ -30,6 +30,8 @@ SCENARIOS = {
     "perturb": lambda tmp: verify("interleave", "--engine", proxied("--mode perturb --request C --index 3"),
                                   "--scale", SCALE, "--junit", str(tmp / "perturb.xml"), "--json", str(tmp / "perturb.json")),
     "no-yield": lambda tmp: verify("interleave", "--engine", proxied("--mode no-yield"), "--scale", SCALE),
+    "no-yield-declared": lambda tmp: verify("interleave", "--engine", proxied("--mode no-yield"), "--scale", SCALE,
+                                            "--lacks", "give-way", "--junit", str(tmp / "declared.xml")),
     "die": lambda tmp: verify("interleave", "--engine", proxied("--mode die --after 3"), "--scale", SCALE,
                               "--junit", str(tmp / "die.xml")),
     "fail-start": lambda tmp: verify("determinism", "--engine", fake("--fail-start")),
@@ -86,6 +88,22 @@ def test_an_engine_that_never_yields_fails_the_give_way_as_not_exercised(scenari
     assert ("[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
             or "[NOT EXERCISED] interleave: D gives way to E: E was sent after D's read had ended" in out.stdout), out.stdout
     assert "C interleaved == solo: 16 tokens equal" in out.stdout  # the text itself was fine
+    assert "--lacks give-way" in out.stdout  # says how an engine built without give-way declares it
+
+
+def test_give_way_declared_absent_is_not_applicable_and_the_gate_passes(scenario):
+    out, tmp = scenario("no-yield-declared")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "declared absent: give-way" in out.stdout
+    assert "[NOT APPLICABLE] interleave: D gives way to E: the engine is declared to have no give-way" in out.stdout
+    assert "E interleaved == solo: 16 tokens equal" in out.stdout
+    suite = ET.parse(tmp / "declared.xml").getroot().find("testsuite")
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0"
+
+
+def test_an_unknown_declared_behaviour_is_a_usage_error():
+    out = verify("interleave", "--url", "http://127.0.0.1:9", "--lacks", "give_way")
+    assert out.returncode == 2 and "unknown behaviour(s) 'give_way'; known: give-way, pieces, events" in out.stderr
 
 
 def test_an_engine_that_dies_mid_run_exits_2_with_its_stderr(scenario):
