@@ -215,7 +215,8 @@ def _execute(config: BenchConfig, opts: dict[str, Any]) -> int:
     (results.path / "report.md").write_text(text)
     if not opts["no_report"]:
         click.echo(text)
-    progress.message(f"done: {counts['ok']} ok, {counts['errors']} with request errors, {counts['failed']} failed, "
+    missed = f"{counts['missed']} missed the join (left out of the medians), " if counts.get("missed") else ""
+    progress.message(f"done: {counts['ok']} ok, {counts['errors']} with request errors, {counts['failed']} failed, {missed}"
                      f"{counts['skipped']} already there; report in {results.path / 'report.md'}")
     failed_arms = sorted({arm for sc in report["scenarios"] for arm in sc["failed_arms"]})
     if failed_arms:

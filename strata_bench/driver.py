@@ -1,10 +1,13 @@
 """Driver: one run of one scenario against one server, returned as the run's JSON dict.
 
 Timeline (seconds of the scenario, divided by `time_scale` on the wall clock): streams are sent at the
-start; the anchor is when every stream has its first token (or has ended), plus `settle_s`; each joiner is
-sent `at_s` after the anchor; `stream_tail_s` after the last joiner's first token the streams are closed.
-The run ends early, marked failed, if the engine process exits or `run_timeout_s` passes; whatever was
-measured until then stays in the dict.
+start, asking for as many tokens as the server's context leaves (their `max_tokens` where it does not say),
+so they decode however fast the engine is; the anchor is when every stream has its first token (or has
+ended), plus `settle_s`; each joiner is sent `at_s` after the anchor; the streams are closed `stream_tail_s`
+(default `settle_s`) after the last joiner's first token. A run in which a stream stopped decoding before
+that moment measured no join: its status is `missed`, with the reason (`missed_join`), and the report
+leaves it out of the medians. The run ends early, marked failed, if the engine process exits or
+`run_timeout_s` passes; whatever was measured until then stays in the dict.
 """
 from __future__ import annotations
 
@@ -53,12 +56,14 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
         origin = time.perf_counter()
         await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code, ctx.run_timeout_s)
         run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
+        missed = missed_join(results)
+        if run["status"] == "ok" and missed:
+            run["status"], run["missed_join"] = "missed", missed
     except RunFailed as exc:
         run["status"], run["failure"] = "failed", str(exc)
     if since is not None and exit_code() is None:
         fetched = fetch_events(url, since)
         run["engine_events"] = fetched[0] if fetched else None
-    run["warnings"] += _short_streams(results)
     run["warnings"] += _serialised(results)
     run["requests"] = [r.to_dict(origin) for r in results]
     run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
@@ -96,15 +101,21 @@ def _serialised(results: list[StreamResult]) -> list[str]:
             "was streaming): the run measures a queue, not interleaving"]
 
 
-def _short_streams(results: list[StreamResult]) -> list[str]:
-    """Streams that ended on their own before the joiners were read measured no part of the join."""
+def missed_join(results: list[StreamResult]) -> str | None:
+    """Why the run did not see the joiners arrive while the streams decode, or None when it did: every stream
+    must still be decoding (tokens at or after that moment, or closed by us) when the last joiner has its
+    first token. Scenarios without streams or joiners have nothing to miss."""
+    streams = [r for r in results if r.role == "stream"]
     firsts = [r.first_token_at for r in results if r.role == "joiner" and r.first_token_at is not None]
-    if not firsts:
-        return []
-    return [f"stream {r.name} finished ({len(r.times)} tokens) before the last joiner's first token: "
-            "raise its max_tokens so the streams outlast the joiners"
-            for r in results if r.role == "stream" and r.ended_by == "finished" and r.times
-            and r.times[-1] < max(firsts)]
+    if not streams or not firsts:
+        return None
+    last_first = max(firsts)
+    ended = [r for r in streams if not r.cancelled and (not r.times or r.times[-1] < last_first)]
+    if not ended:
+        return None
+    names = ", ".join(f"{r.name} ({len(r.times)} tokens)" for r in ended)
+    return (f"the joiners did not arrive while the streams decode: {names} ended before the last joiner's first "
+            f"token (at most max_tokens, or the server's context, reached first); nothing of the join was measured")
 
 
 def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str, int, int]]:
@@ -126,20 +137,24 @@ def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) 
             if length is None:
                 warnings.append(f"request {spec.name}: {info.family.label} cannot count tokens, so the text prompt is "
                                 f"about {spec.prompt_tokens} words, not a measured {spec.prompt_tokens} tokens")
-        max_tokens = _fit(spec, length or spec.prompt_tokens, info, warnings)
+        max_tokens = _fit(spec, length or spec.prompt_tokens, info, warnings, closed=bool(scenario.joiners))
         body = family.request_body(prompt, max_tokens, model=info.model)
         out.append((json.dumps(body, separators=(",", ":")).encode(), prompt_digest(prompt),
                     length or spec.prompt_tokens, max_tokens))
     return out
 
 
-def _fit(spec: RequestSpec, prompt_tokens: int, info: ServerInfo, warnings: list[str]) -> int:
+def _fit(spec: RequestSpec, prompt_tokens: int, info: ServerInfo, warnings: list[str], closed: bool = False) -> int:
+    """max_tokens within the context; a stream the driver closes after the join (`closed`) asks for all the
+    room there is, so it decodes until then on any engine."""
     if info.ctx is None:
         return spec.max_tokens
     if prompt_tokens >= info.ctx:
         raise RunFailed(f"request {spec.name}: a {prompt_tokens}-token prompt does not fit the server's context of "
                         f"{info.ctx} tokens per request: lower --scale or raise the server's context")
     room = info.ctx - prompt_tokens
+    if closed and spec.role == "stream":
+        return room
     if spec.max_tokens > room:
         warnings.append(f"request {spec.name}: max_tokens {spec.max_tokens} cut to {room} to fit the context")
     return min(spec.max_tokens, room)
@@ -183,8 +198,9 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
                    for i in joiner_idx]
         for i in joiner_idx:
             await first_token[results[i].name].wait()
-        if scenario.stream_tail_s is not None and streams:
-            await asyncio.sleep(scenario.stream_tail_s * wall)
+        if streams and joiners:
+            tail = scenario.stream_tail_s if scenario.stream_tail_s is not None else scenario.settle_s
+            await asyncio.sleep(tail * wall)
             for task in streams:
                 task.cancel()
         await asyncio.gather(*joiners, *streams, return_exceptions=True)

@@ -4,7 +4,9 @@
 after the fact) and returns plain data: per metric and arm the values by round, median and min-max, and
 per non-baseline arm the paired comparison with the baseline (stats.py). tables.py renders it.
 An arm with a failed run, a request error or a serialised run (the server ran the streams one at a time)
-is reported as failed: no statistic, pair count or win is computed from it. Joiner labels carry the prompt
+is reported as failed: no statistic, pair count or win is computed from it. A `missed` run (the joiners did
+not arrive while the streams decode) is named with its reason and left out of the medians and pairs; the
+arm's other runs still count. Joiner labels carry the prompt
 lengths the servers measured (usage), not only the ones asked for.
 """
 from __future__ import annotations
@@ -16,6 +18,9 @@ from .equality import check_tokens
 from .metrics import compute_metrics, metric_specs
 from .results import ResultsDir
 from .stats import compare_paired, summarize
+
+
+MISSED = "missed"  # a run's status when the joiners did not arrive while the streams decode (driver.missed_join)
 
 
 class ReportError(ValueError):
@@ -57,8 +62,8 @@ def build_report(results: ResultsDir, *, pause_threshold_s: float | None = None,
 
 def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms: list[str], baseline: str,
                      repeat: int, threshold: float, seed: int) -> dict[str, Any]:
-    failed_arms = {r["arm"] for r in runs if r.get("status") != "ok" or serialised(r)}
-    usable = [r for r in runs if r.get("arm") not in failed_arms]
+    failed_arms = {r["arm"] for r in runs if r.get("status") not in ("ok", MISSED) or serialised(r)}
+    usable = [r for r in runs if r.get("arm") not in failed_arms and r.get("status") == "ok"]
     has_events = any(r.get("engine_events") is not None for r in usable)
     specs = metric_specs(scenario, has_events, measured_lengths(scenario, runs))
     by_arm_round = {(r["arm"], r["round"]): compute_metrics(r, threshold) for r in usable}
@@ -90,6 +95,8 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
             "request_errors": [f"{r['id']} {q['name']}{_where(r)}: {q['error']}" for r in mine
                                for q in r.get("requests", []) if q.get("error")],
             "serialised": [r["id"] for r in mine if serialised(r)],
+            "missed": [f"{r['id']}: {r.get('missed_join') or 'the joiners did not arrive while the streams decode'}"
+                       for r in mine if r.get("status") == MISSED],
             "arm_failed": arm in failed_arms,
         }
     return {

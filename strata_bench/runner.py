@@ -98,7 +98,7 @@ def run_bench(config: BenchConfig, out: ResultsDir, meta: dict[str, Any], progre
     """Every run of the plan not yet on disk; returns counts by status."""
     arms = {a.name: a for a in config.arms}
     scenarios = {s.name: s for s in config.scenarios}
-    counts = {"ok": 0, "errors": 0, "failed": 0, "skipped": 0}
+    counts = {"ok": 0, "errors": 0, "failed": 0, "missed": 0, "skipped": 0}
     for index, key in enumerate(config.plan()):
         if out.has_run(key.id):
             progress.skip(key.id)
@@ -108,7 +108,8 @@ def run_bench(config: BenchConfig, out: ResultsDir, meta: dict[str, Any], progre
         run = run_once(key, arms[key.arm], scenarios[key.scenario], config, meta["nonce"], out)
         out.write_run(run)
         counts[run["status"]] += 1
-        detail = run["failure"].splitlines()[0] if run.get("failure") else _headline(run)
+        detail = (run["failure"].splitlines()[0] if run.get("failure") else run["missed_join"] if run.get("missed_join")
+                  else _headline(run))
         progress.end(run["status"], detail)
         if run.get("failure"):
             progress.message(run["failure"])
@@ -120,7 +121,7 @@ def run_bench(config: BenchConfig, out: ResultsDir, meta: dict[str, Any], progre
 def _exit_code_after(engine: EngineProcess, run: dict[str, Any]) -> int | None:
     """The engine's exit status if it died during the run; a dying engine's requests fail a moment
     before the process is gone, so a run with request errors waits briefly for the exit."""
-    if run.get("status") != "ok":
+    if run.get("status") not in ("ok", "missed"):
         engine.wait_exit(0.5)
     return engine.exit_code()
 

@@ -1,10 +1,12 @@
 """Scenarios: which requests a run sends and when, as data (strata_bench/scenarios/*.json or any path).
 
-Streams are sent at the run's start and decode `max_tokens` tokens (sized to outlast the joiners, so
-every arm does the same work and the token rate compares), or until `stream_tail_s` after the last
-joiner's first token when that is set. Every other request (a joiner) is sent `at_s` seconds after the
-anchor: the moment every stream has its first token, plus `settle_s` (the run's start when there are no
-streams). `scaled(scale)` multiplies every length and delay (prompt lengths, streams' decode lengths,
+Streams are sent at the run's start and, when the scenario has joiners, decode until `stream_tail_s`
+(default: `settle_s`) after the last joiner's first token, however fast the engine: they ask for all the
+room the server's context leaves, and `max_tokens` is only their length on a server that does not say its
+context (or in a scenario without joiners). So every arm sees the joiners arrive while streams decode;
+a run where that did not happen is `missed` (driver.py). Every other request (a joiner) is sent `at_s`
+seconds after the anchor: the moment every stream has its first token, plus `settle_s` (the run's start
+when there are no streams). `scaled(scale)` multiplies every length and delay (prompt lengths, streams' decode lengths,
 `at_s`, `settle_s`, `stream_tail_s`); a joiner's `max_tokens` stays, it only needs its first tokens.
 """
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Scenario:
     requests: tuple[RequestSpec, ...]
     description: str = ""
     settle_s: float = 1.0
-    stream_tail_s: float | None = None  # close streams this long after the last joiner's first token
+    stream_tail_s: float | None = None  # close streams this long after the last joiner's first token (None: settle_s)
     scale: float = 1.0  # already applied to the lengths and delays below
     source: str = field(default="", compare=False)
 

@@ -113,6 +113,8 @@ def _runs_cell(runs: dict[str, Any]) -> str:
     parts = [f"{runs['ok'] - len(runs.get('serialised') or [])} ok"]
     if runs.get("serialised"):
         parts.append(f"{len(runs['serialised'])} serialised")
+    if runs.get("missed"):
+        parts.append(f"{len(runs['missed'])} missed the join (left out)")
     if runs["errors"]:
         parts.append(f"{runs['errors']} with request errors")
     if runs["failed"]:
@@ -132,6 +134,8 @@ def _problems(scenario: dict[str, Any], arms: list[str]) -> list[str]:
     for arm in arms:
         for line in scenario["runs"][arm]["failures"]:
             out.append(f"- failed run: {line}")
+        for line in scenario["runs"][arm].get("missed") or []:
+            out.append(f"- run left out of the medians: {line}")
         for line in scenario["runs"][arm]["request_errors"][:5]:
             out.append(f"- request error: {line}")
     return [""] + out if out else []
