@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from strata_bench.arms import Arm
-from strata_bench.field_metrics import run_metrics
+from strata_bench.load.field_metrics import run_metrics
 from strata_bench.engines.http_stream import run as run_stamped
 from strata_bench.engines.launcher import EngineProcess
 from strata_bench.load import LoadShape
-from strata_bench.load_runner import LoadConfig, drive_load
-from strata_bench.workload import LengthSpec, Workload
+from strata_bench.load.runner import LoadConfig, drive_load
+from strata_bench.load.workload import LengthSpec, Workload
 
 FIGURES = (("ttft_ms", "TTFT p50 (ms)", "time_to_first_token"), ("tpot_ms", "TPOT p50 (ms) = AIPerf ITL", "inter_token_latency"),
            ("latency_ms", "request latency p50 (ms)", "request_latency"),

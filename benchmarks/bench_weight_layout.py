@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_model import prompt_bytes, step  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
-from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
+from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.weight_layout import gemm_layout  # noqa: E402
 
 

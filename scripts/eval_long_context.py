@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from strata_engine.model.weights import load_model  # noqa: E402
-from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
+from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from train_tiny_moe import corpus_files, framed, is_heldout  # noqa: E402
 
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from strata_engine.runtime.kv_cache import KVCache  # noqa: E402
+from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
 from strata_engine.model.transformer import MoE, Transformer  # noqa: E402
 from strata_engine.model.weights import hf_config_dict, load_model, save_hf_weights  # noqa: E402

@@ -139,7 +139,7 @@ def plot(directory: Path, out: Path | None, only: str | None, pause_threshold: f
         click.echo("no run with requests to plot", err=True)
 
 
-from .load_cli import load, load_report  # noqa: E402  (steady-load runs: their own module)
+from .load.cli import load, load_report  # noqa: E402  (steady-load runs: their own module)
 
 main.add_command(load)
 main.add_command(load_report)

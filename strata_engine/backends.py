@@ -121,5 +121,5 @@ def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], 
     tokenizer = ByteTokenizer()
     executor = SimExecutor(profile, clock=clock, sleep=time.sleep, time_scale=config.time_scale,
                            vocab_size=tokenizer.vocab_size, eos_token_id=None, seed=config.seed,
-                           num_stages=sched.num_stages if (config.split or config.devices) else None, logprobs_of=lambda request: request.payload.params.logprobs)
+                           num_stages=sched.num_stages if (config.split or config.devices) else None)
     return Backend(executor, tokenizer, f"sim:{profile.name}", "sim", "none", tokenizer.vocab_size, None)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .config import EngineConfig
 from .events import EventLog
 from .finish import finish_reason
-from .executors.protocol import SampledToken
+from .tokens import SampledToken, TokenSampler
 from .outputs import Completion, Finished, RequestHandle, RequestState, TokenOutput
 from .errors import RequestError
 from .params import SamplingParams
@@ -184,8 +184,8 @@ class Engine:
             request_id=request_id, prompt_ids=ids, params=params, decoder=self.tokenizer.decode_stream(),
             token_text=lambda tid: self.tokenizer.decode([tid]), deliver=deliver, clock=self.clock, seed=seed,
         )
-        state.sampler = self._make_sampler(params, seed)
-        request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state)
+        request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state,
+                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs)
         with self._lock:
             self._states[request_id] = state
             self._handles[request_id] = handle
@@ -193,7 +193,7 @@ class Engine:
         self._wake.set()
         return handle
 
-    def _make_sampler(self, params: SamplingParams, seed: int) -> Any:
+    def _make_sampler(self, params: SamplingParams, seed: int) -> TokenSampler | None:
         if self.config.executor == "sim":
             return None
         from .runtime.sampler import Sampler

@@ -1,7 +1,7 @@
 """What a request gives back: per-token outputs, the final completion, and the handle a caller holds.
 
 `RequestState` is the engine's per-request postprocessing (incremental text, stop strings, delivery);
-it lives in `Request.payload`, so executors read `payload.sampler` to sample. Whether a token ends its
+it lives in `Request.payload`, which only the engine reads (executors sample with `Request.sampler`). Whether a token ends its
 request (EOS, max tokens, the context's end) the engine decides (`finish.finish_reason`) and tells it.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .executors.protocol import SampledToken
+from .tokens import SampledToken
 from .params import SamplingParams
 
 
@@ -97,7 +97,6 @@ class RequestState:
     deliver: Callable[[TokenOutput | Finished], None]
     clock: Callable[[], float]
     seed: int = 0
-    sampler: Any = None  # torch executor: a strata_engine.runtime.sampler.Sampler
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     emitted_chars: int = 0

@@ -3,7 +3,7 @@
 A read run streams its chunks into stage 0 back to back and waits for all of them (the drain). A
 decode keeps one micro-batch per group in flight, feeding each group's sampled tokens straight back,
 until the budget, the round limit or `should_stop` says stop; then it drains. Sampling happens here,
-per request, with `request.payload.sampler`.
+per request, with the request's own `sampler` (runtime/sampler.py, set by the engine).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .protocol import DecodeResult, MixedResult, OnToken, RunResult
+from ..scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
 from ..scheduler.read_policy import choose_rider, end_run, issue_depth, rider_interval_ms, run_interval_ms
 from ..scheduler.request import Phase, Request
@@ -76,7 +76,7 @@ class TorchExecutor:
         first = None
         last = results[-1].parts[0]
         if last.logits is not None:
-            first = request.payload.sampler.sample(last.logits[0])
+            first = request.sampler.sample(last.logits[0])
             on_token(request, first)
         tokens = sum(end - start for start, end in chunks)
         return RunResult((self.clock() - t0) * 1000.0, len(chunks), tokens, first)
@@ -97,7 +97,7 @@ class TorchExecutor:
         delivered = 0
         for row, request in enumerate(rows):
             if request.phase is Phase.DECODING:  # may have finished or been cancelled meanwhile
-                on_token(request, request.payload.sampler.sample(logits[row]))
+                on_token(request, request.sampler.sample(logits[row]))
                 delivered += 1
         return delivered
 
@@ -193,7 +193,7 @@ class TorchExecutor:
                 last_token[gi] = completions[-1]
                 decode_tokens += self._deliver(rows, mb.parts[0].logits[1:], on_token)  # row 0 is the chunk
             if final:
-                first = request.payload.sampler.sample(mb.parts[0].logits[0])
+                first = request.sampler.sample(mb.parts[0].logits[0])
                 on_token(request, first)
             if pending and should_stop is not None and should_stop():
                 chunks = chunks[:len(chunks) - len(pending)]

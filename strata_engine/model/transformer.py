@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..runtime.kv_cache import KVCache, LayerKV
+from .kv_cache import KVCache, LayerKV
 from .attention import attend_row
 from .config import ModelConfig
 from .rows import Rows

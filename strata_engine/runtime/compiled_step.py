@@ -21,13 +21,14 @@ with the compiled step on (`backends.build_torch` then drops the pipeline's `bat
 from __future__ import annotations
 
 import time
+import types
 
 import torch
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
 from .invariance import padded_rows
-from .kv_cache import KVCache
+from ..model.kv_cache import KVCache
 
 
 # Registered with torch.library's low-level API: a call cost ~10 µs of dispatch where a
@@ -62,16 +63,25 @@ _LIBRARY.impl("decode_attention", decode_attention, "CompositeExplicitAutograd")
 _LIBRARY.impl("decode_attention", _shape_only, "Meta")
 
 
-_GRAPHS = [0]  # graphs asked for in this process, over every CompiledDecode
+def _own_code(method):
+    """The bound method over a copy of its code object: dynamo keeps graphs and counts recompiles per code
+    object, so each instance's graphs (its buckets) are its own and never crowd another instance's out."""
+    func = method.__func__
+    code = func.__code__.replace(co_name=f"{func.__code__.co_name}_{id(method.__self__):x}")
+    return types.MethodType(types.FunctionType(code, func.__globals__, code.co_name, func.__defaults__, func.__closure__),
+                            method.__self__)
 
 
-def _allow_recompiles(graphs: int) -> None:
-    """Every stage and bucket is a recompile of one function (`_forward`): let dynamo keep all of this
-    process's, twice over for a weight layout switched back and forth (bench_model), at least 64."""
-    _GRAPHS[0] += graphs
+def recompiles_allowed():
+    """Every bucket is a recompile of one instance's `_forward`, and the set of graphs is bounded and known
+    (one per bucket, compiled by the warm-up; a weight layout switched back and forth, as in bench_model, adds
+    its own): dynamo's recompile limit is lifted around the warm-up only, a context rather than a process-wide
+    setting, so other compiled code keeps its limit. A caller that changes what the graphs
+    were compiled for (bench_model switching weight layouts) holds this context around its own calls; a
+    step costs ~50 us more inside it, so the engine's steps run outside."""
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    setattr(config, name, max(getattr(config, name), 64, 2 * _GRAPHS[0]))
+    return config.patch(**{name: max(getattr(config, name), 1 << 16)})
 
 
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
@@ -90,8 +100,7 @@ class CompiledDecode:
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
         self.bucket_of = buckets(num_slots, row_tile)
         self.graphs = len(set(self.bucket_of.values()))
-        _allow_recompiles(self.graphs)
-        self._step = torch.compile(self._forward, fullgraph=True, dynamic=False)
+        self._step = torch.compile(_own_code(self._forward), fullgraph=True, dynamic=False)
         self.compile_s = self._warm_up(threads)
 
     def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -118,7 +127,7 @@ class CompiledDecode:
             if threads:
                 torch.set_num_threads(threads)
             largest = {bucket: rows for rows, bucket in self.bucket_of.items()}
-            with torch.inference_mode():
+            with torch.inference_mode(), recompiles_allowed():
                 for rows in largest.values():
                     self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
                                torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,

@@ -80,7 +80,7 @@ def make_group(store, rank: int, world_size: int, generation: int = 0):
 def build_stage(spec: StageSpec):
     """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do;
     returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
-    from .kv_cache import KVCache
+    from ..model.kv_cache import KVCache
     from ..model.weights import load_model
 
     dtype = getattr(torch, spec.dtype)

@@ -21,7 +21,7 @@ import torch
 from ..model.rows import Rows
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .compiled_step import compile_info, compiled_stage
-from .kv_cache import KVCache
+from ..model.kv_cache import KVCache
 from .stage_forward import stage_forward
 
 

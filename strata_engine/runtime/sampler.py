@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..executors.protocol import SampledToken
+from ..tokens import SampledToken
 from ..params import SamplingParams
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .invariance import padded_rows
-from .kv_cache import KVCache
+from ..model.kv_cache import KVCache
 
 
 def _pad(t: torch.Tensor, rows: int) -> torch.Tensor:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Protocol
 
-from ..executors.protocol import Executor, SampledToken
+from ..tokens import SampledToken
+from .protocol import Executor
 from .intake import Intake
 from .request import Phase, Request
 from .slots import SlotTable

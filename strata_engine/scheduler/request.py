@@ -1,13 +1,16 @@
 """A request inside the engine: one object with explicit counters and a named phase.
 
-The scheduler owns phase changes; the engine attaches its own per-request data in `payload`
-(sampling params, output stream) and the executor reads prompt tokens from `prompt_ids`.
+The scheduler owns phase changes; the engine attaches its own per-request data in `payload` (the output
+stream; only the engine reads it). What an executor needs is typed: prompt tokens in `prompt_ids`, the
+request's `sampler` (torch executor) and how many top `logprobs` it wants (the simulator).
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..tokens import TokenSampler
 
 
 class Phase(enum.Enum):
@@ -32,6 +35,8 @@ class Request:
     cancelled: bool = False
     finish_reason: str | None = None  # "stop", "length", "cancelled", "error"
     error: str | None = None
+    sampler: TokenSampler | None = None  # turns this request's logits row into its token (None: the simulator)
+    logprobs: int | None = None  # top logprobs wanted per token (None = none), for executors without a sampler
 
     @property
     def prompt_tokens(self) -> int:

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 from ..config import SchedulerConfig
 from ..events import EngineEvent, EventLog
-from ..executors.protocol import DecodeResult, Executor, SampledToken
+from ..tokens import SampledToken
+from .protocol import DecodeResult, Executor
 from .endings import Endings, Sink
 from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadInPlan, Plan, ReadPlan, Start, StopPlan,
                     UnitDone, give_way_candidate, plan_step)

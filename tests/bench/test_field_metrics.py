@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from strata_bench.arms import Arm
-from strata_bench.field_metrics import DEFINITIONS, SLO, run_metrics
+from strata_bench.load.field_metrics import DEFINITIONS, SLO, run_metrics
 from strata_bench.engines.http_stream import run as run_stamped
 from strata_bench.load import LoadShape
-from strata_bench.load_runner import LoadConfig, drive_load
-from strata_bench.workload import LengthSpec, Workload
+from strata_bench.load.runner import LoadConfig, drive_load
+from strata_bench.load.workload import LengthSpec, Workload
 
 
 def record(sent, chunks, tokens_per_chunk=1, end_after=0.0, **extra):

@@ -7,7 +7,7 @@ import json
 
 from strata_bench.engines.result import StreamResult
 from strata_bench.engines.http_stream import run as run_stamped
-from strata_bench.load_client import ConnectionPool, send_request
+from strata_bench.load.client import ConnectionPool, send_request
 
 BODY = json.dumps({"prompt": [1, 2], "max_tokens": 2, "stream": True}).encode()
 

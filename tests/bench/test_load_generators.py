@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from strata_bench.load import LoadShape, arrival_offsets, run_load
-from strata_bench.workload import LengthSpec, ServerTraits, Workload
+from strata_bench.load.workload import LengthSpec, ServerTraits, Workload
 
 
 def take(iterator, n):

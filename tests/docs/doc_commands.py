@@ -152,12 +152,12 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-verify interleave": Run(INTERLEAVE_SMALL),
     ".venv/bin/strata-verify determinism --engine 'strata-engine serve' --against strata_verify/golden/reference-cpu.json": Run(),
     # docs/BATCHING.md
-    ".venv/bin/strata-bench preset issue7 --time-scale 4 --out bench-out/issue7-sim-ts4": Run(PRESET_SMALL),
-    ".venv/bin/strata-bench preset issue7-cpu --out bench-out/issue7-cpu": Run(PRESET_SMALL),
-    ".venv/bin/strata-bench report bench-out/issue7-sim-ts4": Run(),
+    ".venv/bin/strata-bench preset read-modes --time-scale 4 --out bench-out/read-modes-sim-ts4": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench preset read-modes-cpu --out bench-out/read-modes-cpu": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench report bench-out/read-modes-sim-ts4": Run(),
     ".venv/bin/strata-bench preset pr2050-cpu --out bench-out/pr2050-cpu": Run(PRESET_SMALL),
     "for m in STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100 'STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100'; do .venv/bin/strata-verify interleave --scale 0.05 --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" .venv/bin/strata-verify determinism --engine \"env $m strata-engine serve --split 2 --batch 4 --batch-groups 2\" --against strata_verify/golden/reference-cpu.json done": Skip("six engines (interleave and determinism for each of three modes, ~8 min); tests/engine/test_pieces_e2e.py checks the same modes' tokens against solo runs"),
-    "python -m strata_engine.executors.sim_calibrate pr2050-2x5090": Run(),
+    "python -m strata_engine.executors.sim.calibrate pr2050-2x5090": Run(),
     # docs/DISTRIBUTED.md
     "strata-engine serve --split 2 --batch 6 --batch-groups 2 --stage-workers dist": Serve(),
     **{command: Skip(SEVERAL_HOSTS) for command in (

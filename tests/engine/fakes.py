@@ -15,9 +15,9 @@ from strata_engine.events import EventLog
 from strata_engine.scheduler.request import Request
 from strata_engine.scheduler.scheduler import Scheduler
 from strata_engine.executors.sim import SimExecutor
-from strata_engine.executors.sim_calibrate import TimelineSink
-from strata_engine.executors.sim_clock import VirtualClock
-from strata_engine.executors.sim_profile import CostProfile
+from strata_engine.executors.sim.calibrate import TimelineSink
+from strata_engine.executors.sim.clock import VirtualClock
+from strata_engine.executors.sim.profile import CostProfile
 
 # A two-stage profile with round numbers: a 512-token chunk is 51.2 ms per stage, a run costs 100 ms
 # fixed, a decode micro-batch ~5 ms per stage.

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import torch
 
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.model.transformer import Transformer
 
 ARCHITECTURES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe")

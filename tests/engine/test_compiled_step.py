@@ -15,7 +15,7 @@ from strata_engine.config import EngineConfig
 from strata_engine.model import load_model
 from strata_engine.runtime.compiled_step import CompiledDecode, buckets
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
-from strata_engine.runtime.kv_cache import ContextOverflowError, KVCache
+from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 

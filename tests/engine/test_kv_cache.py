@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.runtime.kv_cache import ContextOverflowError, KVCache
+from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.model.config import ModelConfig
 
 CONFIG = ModelConfig(architecture="llama", vocab_size=32, hidden_size=16, num_layers=4, num_heads=4, num_kv_heads=2,

@@ -13,7 +13,7 @@ import torch
 
 from helpers import ARCHITECTURES, greedy
 from tokens_equal import assert_tokens_equal
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.model import load_model
 
 NEW_TOKENS = 20

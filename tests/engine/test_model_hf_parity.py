@@ -6,7 +6,7 @@ import torch
 
 from helpers import ARCHITECTURES, greedy
 from tokens_equal import assert_tokens_equal
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.model import load_model
 
 PROMPT_LEN, NEW_TOKENS = 24, 32

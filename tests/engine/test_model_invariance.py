@@ -11,7 +11,7 @@ import torch
 from helpers import ARCHITECTURES
 from strata_engine.model import load_model
 from strata_engine.runtime.invariance import apply_row_tile, invariance_holds, row_tile_for
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 

@@ -7,7 +7,7 @@ import torch
 
 from helpers import greedy
 from tokens_equal import assert_tokens_equal
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.model import load_model, load_tokenizer, resolve_model_path
 from strata_engine.model.tokenizer import HFTokenizer
 

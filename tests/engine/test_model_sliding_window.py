@@ -14,7 +14,7 @@ from tokens_equal import assert_tokens_equal
 from strata_engine.model import load_model
 from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import Transformer
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 
 WINDOW, PROMPT_LEN, NEW_TOKENS = 8, 40, 24
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers import save_hf_checkpoint
-from strata_engine.runtime.kv_cache import KVCache
+from strata_engine.model.kv_cache import KVCache
 from strata_engine.model import load_model, resolve_model_path
 from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import Transformer

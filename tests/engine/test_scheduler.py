@@ -278,7 +278,7 @@ def test_add_rejects_what_the_context_cannot_hold_and_duplicate_ids():
 
 
 def test_scheduler_package_imports_no_torch():
-    code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.executors.sim, strata_engine.executors.sim_calibrate; print('torch' in sys.modules)"
+    code = "import sys; import strata_engine.scheduler.scheduler, strata_engine.executors.sim, strata_engine.executors.sim.calibrate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

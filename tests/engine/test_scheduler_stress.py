@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fakes import Harness
-from strata_engine.executors.sim_profile import CostProfile
+from strata_engine.executors.sim.profile import CostProfile
 
 CHEAP = CostProfile(name="cheap", num_stages=2, read_run_ms=2.0, read_token_ms=0.05, read_chunk_ms=0.2,
                     read_token_kctx_ms=0.01, decode_step_ms=1.0, decode_seq_ms=0.2)

@@ -10,7 +10,7 @@ import pytest
 from fakes import TEST_PROFILE, FakeClock
 from strata_engine.scheduler.request import Phase, Request
 from strata_engine.executors.sim import SimExecutor
-from strata_engine.executors.sim_profile import CostProfile, available_profiles, load_profile
+from strata_engine.executors.sim.profile import CostProfile, available_profiles, load_profile
 
 
 def make(profile: CostProfile = TEST_PROFILE, **kw) -> tuple[SimExecutor, FakeClock]:
@@ -106,7 +106,8 @@ def test_eos_only_when_asked_and_logprobs_when_wanted():
     sim, _ = make(eos_token_id=0)
     r = prompt("e", 10)
     assert all(sim.token_for(r, i).token_id != 0 for i in range(2000))
-    sim2, _ = make(eos_token_id=0, eos_probability=0.5, logprobs_of=lambda req: 3)
+    sim2, _ = make(eos_token_id=0, eos_probability=0.5)
+    r.logprobs = 3
     tokens = [sim2.token_for(r, i) for i in range(200)]
     assert 50 < sum(t.token_id == 0 for t in tokens) < 150
     t = tokens[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from strata_engine.executors.sim_calibrate import K, SPEC_FIGURES, followup, main, read_alone, two_joiners
-from strata_engine.executors.sim_profile import load_profile
+from strata_engine.executors.sim.calibrate import K, SPEC_FIGURES, followup, main, read_alone, two_joiners
+from strata_engine.executors.sim.profile import load_profile
 
 PROFILE = load_profile("pr2050-2x5090")
 ARMS = (0, 32 * K, 16 * K)

@@ -1,7 +1,7 @@
 """Cost profiles of the simulated executor: how long a read chunk and a decode micro-batch take.
 
 Contract: a `CostProfile` is a frozen, validated dataclass loaded from JSON (`load_profile(name or
-path)`); shipped profiles live in `strata_engine/sim_profiles/`. Costs are milliseconds on ONE
+path)`); shipped profiles live in `strata_engine/executors/sim/profiles/`. Costs are milliseconds on ONE
 pipeline stage (stages are balanced), so a pipelined run of k chunks on S stages takes about
 (k + S - 1) stage times; docs/BATCHING.md shows how a profile is calibrated from real measurements.
 """
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-PROFILE_DIR = Path(__file__).parent / "sim_profiles"
+PROFILE_DIR = Path(__file__).parent / "profiles"
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ import math
 from array import array
 from typing import Callable, Sequence
 
-from .protocol import DecodeResult, MixedResult, OnToken, RunResult, SampledToken
-from ..scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
-from ..scheduler.request import Phase, Request
-from .sim_profile import CostProfile, load_profile
+from ...scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
+from ...tokens import SampledToken
+from ...scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
+from ...scheduler.request import Phase, Request
+from .profile import CostProfile, load_profile
 
 __all__ = ["SimExecutor", "CostProfile", "load_profile"]
 
@@ -35,7 +36,6 @@ class SimExecutor:
         eos_token_id: int | None = None,
         seed: int = 0,
         num_stages: int | None = None,
-        logprobs_of: Callable[[Request], int | None] | None = None,
         eos_probability: float = 0.0,
     ):
         if time_scale <= 0:
@@ -50,7 +50,6 @@ class SimExecutor:
         self.num_stages = num_stages or profile.num_stages
         self.clock, self.sleep, self.time_scale = clock, sleep, time_scale
         self.vocab_size, self.eos_token_id, self.seed = vocab_size, eos_token_id, seed
-        self.logprobs_of = logprobs_of  # how many top logprobs a request wants (None = none); keeps payload out of here
         self.eos_probability = eos_probability
         self._kv: dict[int, int] = {}  # prepared slot -> tokens in its KV cache
         self._digests: dict[str, bytes] = {}
@@ -82,7 +81,7 @@ class SimExecutor:
             token = int(self.vocab_size * u1**3)  # skewed to low ids, as frequent tokens are
             if token == self.eos_token_id:
                 token = (token + 1) % self.vocab_size
-        k = self.logprobs_of(request) if self.logprobs_of is not None else None
+        k = request.logprobs
         if k is None:
             return SampledToken(token)
         p0 = 0.5 + 0.45 * ((u2 * 7919.0) % 1.0)  # over half the mass: the chosen token is the most likely

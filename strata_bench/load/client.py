@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .engines.families import OPENAI_WIRE
-from .engines.http_stream import HTTPStreamError, ResponseStream
-from .engines.result import StreamResult
-from .engines.stream import SSEDecoder, _check_usage
-from .engines.wire import apply_event, error_body_detail
+from ..engines.families import OPENAI_WIRE
+from ..engines.http_stream import HTTPStreamError, ResponseStream
+from ..engines.result import StreamResult
+from ..engines.stream import SSEDecoder, _check_usage
+from ..engines.wire import apply_event, error_body_detail
 
 
 class Connection(asyncio.Protocol):

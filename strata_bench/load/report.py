@@ -14,10 +14,10 @@ from typing import Any
 from tabulate import tabulate
 
 from .field_metrics import DEFINITIONS, SLO, run_metrics
-from .load import LoadShape
-from .results import ResultsDir
-from .stats import compare_paired, summarize
-from .tables import comparison_line, fmt_value
+from .loops import LoadShape
+from ..results import ResultsDir
+from ..stats import compare_paired, summarize
+from ..tables import comparison_line, fmt_value
 
 # (figure key, column label, unit, better direction)
 SWEEP_COLUMNS: tuple[tuple[str, str, str, str], ...] = (

@@ -2,7 +2,7 @@
 
 Contract: `simulate(...)` runs the real Scheduler over the SimExecutor on a virtual clock (no wall
 time) and returns every request's token times; `scenario_metrics` turns them into the spec's
-figures; `python -m strata_engine.executors.sim_calibrate [profile]` prints model vs measured for the three
+figures; `python -m strata_engine.executors.sim.calibrate [profile]` prints model vs measured for the three
 arms of spec PR 2050 (release, 32K pieces, 16K pieces). docs/BATCHING.md explains the calibration.
 """
 from __future__ import annotations
@@ -13,14 +13,14 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..config import SchedulerConfig
-from ..events import EventLog
-from ..finish import finish_reason
-from ..scheduler.request import Request
-from ..scheduler.scheduler import Scheduler
-from .sim import SimExecutor
-from .sim_clock import VirtualClock
-from .sim_profile import CostProfile, load_profile
+from ...config import SchedulerConfig
+from ...events import EventLog
+from ...finish import finish_reason
+from ...scheduler.request import Request
+from ...scheduler.scheduler import Scheduler
+from .executor import SimExecutor
+from .clock import VirtualClock
+from .profile import CostProfile, load_profile
 
 K = 1024
 ARMS = {"release": 0, "32K pieces": 32 * K, "16K pieces": 16 * K}
@@ -173,7 +173,7 @@ def _fmt(value: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata_engine.executors.sim_calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m strata_engine.executors.sim.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("profile", nargs="?", default="pr2050-2x5090", help="profile name or JSON path")
     args = parser.parse_args(argv)
     try:

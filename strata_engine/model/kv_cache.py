@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 if TYPE_CHECKING:
-    from ..model.config import ModelConfig
+    from .config import ModelConfig
 
 
 class ContextOverflowError(ValueError):

@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 
-from .arms import Arm
-from .engines.result import StreamResult
+from ..arms import Arm
+from ..engines.result import StreamResult
 from .field_metrics import SLO, run_metrics
-from .engines.http_stream import run as run_stamped
-from .engines.launcher import EngineProcess, LaunchError
-from .load import LoadShape, run_load
-from .load_client import ConnectionPool, send_request
-from .order import RunKey, run_plan
-from .provenance import collect, utc_now
-from .results import ResultsDir, ResultsError
-from .engines.probe import probe
+from ..engines.http_stream import run as run_stamped
+from ..engines.launcher import EngineProcess, LaunchError
+from .loops import LoadShape, run_load
+from .client import ConnectionPool, send_request
+from ..order import RunKey, run_plan
+from ..provenance import collect, utc_now
+from ..results import ResultsDir, ResultsError
+from ..engines.probe import probe
 from .workload import ServerTraits, Workload
 
 

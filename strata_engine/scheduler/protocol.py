@@ -1,8 +1,9 @@
 """The executor contract between the pure-Python scheduler and whatever runs the model.
 
-The scheduler decides *what* runs (read these chunks of this request, decode these groups for a
+It lives beside the scheduler because the scheduler owns it: executors import it (an arrow down), the
+scheduler never imports an executor. The scheduler decides *what* runs (read these chunks of this request, decode these groups for a
 budget); an executor decides *how* (torch pipeline stages in `runtime/pipeline.py`, or the cost model
-in `sim.py`), and inside a run follows `scheduler/read_policy.py` (when an interruptible run ends,
+in `executors/sim/`), and inside a run follows `scheduler/read_policy.py` (when an interruptible run ends,
 which group rides a mixed micro-batch). Executors report measured milliseconds and deliver each sampled token through
 `on_token` the moment it exists, so streaming clients see true arrival times.
 This module imports no torch.
@@ -12,15 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from ..tokens import SampledToken
+
 if TYPE_CHECKING:
-    from ..scheduler.request import Request
-
-
-@dataclass(frozen=True)
-class SampledToken:
-    token_id: int
-    logprob: float | None = None  # log-softmax of the chosen token, when the request asked for logprobs
-    top: tuple[tuple[int, float], ...] = ()  # top-k alternatives (token id, logprob), best first
+    from .request import Request
 
 
 # on_token(request, token) is called once per sampled token, in order, on the executor's thread.

@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
-from .arms import ArmError, parse_arm
+from ..arms import ArmError, parse_arm
 from .field_metrics import SLO
-from .engines.launcher import LaunchError, check_url
-from .load import LoadShape
-from .load_runner import LoadConfig, run_all, start
-from .results import ResultsDir, ResultsError
+from ..engines.launcher import LaunchError, check_url
+from .loops import LoadShape
+from .runner import LoadConfig, run_all, start
+from ..results import ResultsDir, ResultsError
 from .workload import LengthSpec, Workload
 
 
@@ -113,14 +113,14 @@ def load_report(directory: Path, fmt: str, baseline: str | None, slo_ttft_ms: fl
 
 
 def _render(results: ResultsDir, baseline: str | None, slo: SLO, fmt: str, plot: Path | None) -> str:
-    from .load_report import build_load_report, render_load_markdown
+    from .report import build_load_report, render_load_markdown
 
     try:
         report = build_load_report(results, baseline=baseline, slo=slo if slo.any else None)
     except (ResultsError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if plot is not None:
-        from .load_plot import plot_sweep
+        from .plot import plot_sweep
 
         plot_sweep(report, plot)
     return render_load_markdown(report) if fmt == "md" else json.dumps(report, indent=2) + "\n"

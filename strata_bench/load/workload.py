@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .prompts import prompt_digest, prompt_seed, text_prompt, token_prompt
+from ..prompts import prompt_digest, prompt_seed, text_prompt, token_prompt
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
