@@ -161,7 +161,9 @@ def _config(arm_texts: tuple[str, ...], scenario_list: str | None, preset_name: 
         if preset_name:
             if arm_texts:
                 raise click.UsageError("--preset brings its own arms; drop --arm or --preset")
-            p = load_preset(preset_name)
+            p, left_out = load_preset(preset_name).installed()
+            for line in left_out:
+                click.echo(f"strata-bench: {line}", err=True)
             ts = p.time_scale if ts is None else ts
             arm_texts = tuple(p.arm_specs(ts))
             scenario_list = scenario_list or ",".join(p.scenarios)

@@ -3,11 +3,17 @@
 An arm command may hold `{time_scale}`: `--time-scale T` fills it (the simulated executor runs T times
 faster than modelled time) and the bench divides its delays by T and reports modelled seconds. A preset
 without the placeholder runs a real engine, where only T = 1 makes sense.
+
+An arm may also name an engine this project did not write, by placeholder: `{vllm}` (vLLM's `vllm`
+command, scripts/install_vllm.sh), `{llama_server}` with `{gguf}` (llama.cpp's server and the embedded
+model exported to GGUF, scripts/install_llama_cpp.sh), `{model_dir}` (the embedded model's directory).
+`installed()` fills them in; an arm whose engine is not installed here is left out, with a line saying
+how to install it (the `engines` preset runs whatever is installed).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +43,19 @@ class Preset:
         if time_scale != 1.0 and not self.takes_time_scale:
             raise PresetError(f"preset {self.name!r} runs a real engine: --time-scale does not apply to it")
         return [f"{name}={command.replace('{time_scale}', f'{time_scale:g}')}" for name, command in self.arms]
+
+    def installed(self) -> tuple["Preset", list[str]]:
+        """The preset with the engine placeholders filled in, and a line per arm left out (not installed)."""
+        arms, notes = [], []
+        for name, command in self.arms:
+            filled, missing = fill_engines(command)
+            if missing:
+                notes.append(f"arm {name!r} left out: {missing}")
+            else:
+                arms.append((name, filled))
+        if not arms:
+            raise PresetError(f"preset {self.name!r}: none of its engines is installed here:\n" + "\n".join(notes))
+        return replace(self, arms=tuple(arms)), notes
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> "Preset":
@@ -68,3 +87,42 @@ def load_preset(name: str) -> Preset:
     except json.JSONDecodeError as exc:
         raise PresetError(f"{path}: not valid JSON: {exc}") from None
     return Preset.from_dict(data, str(path))
+
+
+EMBEDDED_MODEL = "strata-tiny-moe"
+
+
+def fill_engines(command: str) -> tuple[str, str | None]:
+    """(command with engine placeholders filled, None), or (command, why it cannot run here and how to fix it)."""
+    if "{model_dir}" in command:
+        from strata_engine.model.weights import MODELS_DIR
+
+        command = command.replace("{model_dir}", str(MODELS_DIR / EMBEDDED_MODEL))
+    if "{vllm}" in command:
+        from .engines.vllm import INSTALL, find_vllm
+
+        vllm = find_vllm()
+        if vllm is None:
+            return command, f"vLLM is not installed: {INSTALL}"
+        command = command.replace("{vllm}", str(vllm))
+    if "{llama_server}" in command or "{gguf}" in command:
+        from .engines.llama_cpp import cache_dir, find_llama_server
+
+        install = "run `bash scripts/install_llama_cpp.sh` to build it"
+        binary = find_llama_server()
+        if binary is None:
+            return command, f"llama.cpp's llama-server is not built: {install}"
+        gguf = cache_dir() / f"{EMBEDDED_MODEL}.gguf"
+        if not gguf.is_file():
+            try:
+                from strata_engine.model.gguf_export import export_gguf
+            except ImportError as exc:
+                return command, f"the embedded model cannot be exported to GGUF here ({exc}): {install}"
+            partial = gguf.with_suffix(".gguf.partial")
+            try:
+                export_gguf(EMBEDDED_MODEL, partial)
+            except ImportError as exc:  # the exporter imports `gguf` when it runs
+                return command, f"the gguf package is missing ({exc}): {install}"
+            partial.replace(gguf)
+        command = command.replace("{llama_server}", str(binary)).replace("{gguf}", str(gguf))
+    return command, None

@@ -1,5 +1,6 @@
-"""Fixtures every suite shares: llama.cpp's `llama-server` and the embedded model as GGUF, for the tests
-against an engine this project did not write (bench and verify alike); and thread stages for `auto`."""
+"""Fixtures every suite shares: llama.cpp's `llama-server` and the embedded model as GGUF, and vLLM's own
+server on the embedded model, for the tests against engines this project did not write (bench and verify
+alike); and thread stages for `auto`."""
 from __future__ import annotations
 
 import os
@@ -28,3 +29,20 @@ def llama_gguf(tmp_path_factory):
     from strata_engine.model.gguf_export import export_gguf
 
     return binary, export_gguf("strata-tiny-moe", tmp_path_factory.mktemp("gguf") / "strata-tiny-moe.gguf")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """URL of vLLM's OpenAI server (its CPU build) serving the embedded model, started once for the session
+    (about 30 s, or minutes on a loaded machine); skips, naming the install command, where vLLM is missing."""
+    from strata_bench.engines.launcher import EngineProcess
+    from strata_bench.engines.vllm import INSTALL, find_vllm, server_command
+    from strata_engine.model import resolve_model_path
+
+    vllm = find_vllm()
+    if vllm is None:
+        pytest.skip(f"vLLM is not installed: {INSTALL}")
+    command = server_command(vllm, resolve_model_path("strata-tiny-moe"), max_model_len=8192, max_num_seqs=8)
+    log = tmp_path_factory.mktemp("vllm") / "vllm"
+    with EngineProcess(command, name="vllm", log_stem=log, start_timeout=600) as server:
+        yield server.url
