@@ -22,23 +22,25 @@ BEHAVIOURS = {
 STEP_OF = {"give-way": "D gives way to E", "pieces": "C read while A and B decode", "events": "resume offsets"}
 
 
-def parse_lacks(value: str | Iterable[str] | None) -> frozenset[str]:
-    """`"give-way,pieces"` (or an iterable of names) -> the set; ValueError naming the known behaviours."""
+def parse_lacks(value: str | Iterable[str] | None, known: dict[str, str] = BEHAVIOURS) -> frozenset[str]:
+    """`"give-way,pieces"` (or an iterable of names) -> the set; ValueError naming the known behaviours
+    (`known`: the check's own, e.g. the cache check's)."""
     if value is None:
         return frozenset()
     names = value.split(",") if isinstance(value, str) else list(value)
     names = [n.strip().lower() for n in names if n.strip()]
-    unknown = [n for n in names if n not in BEHAVIOURS]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown behaviour(s) {', '.join(map(repr, unknown))}; known: {', '.join(BEHAVIOURS)}")
+        raise ValueError(f"unknown behaviour(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
     return frozenset(names)
 
 
-def apply_declaration(steps: list[Step], lacks: frozenset[str]) -> list[Step]:
-    """Each declared-absent behaviour's step: NOT_EXERCISED or INFO becomes NOT_APPLICABLE (reason kept);
+def apply_declaration(steps: list[Step], lacks: frozenset[str], step_of: dict[str, str] = STEP_OF) -> list[Step]:
+    """Each declared-absent behaviour's step (`step_of`: behaviour -> the step that exists to see it; the
+    interleave check's by default): NOT_EXERCISED or INFO becomes NOT_APPLICABLE (reason kept);
     a PASS stays a pass, noting that the behaviour was seen after all; FAIL is never touched. An undeclared
     behaviour's NOT_EXERCISED step (still a failure) says how to declare it."""
-    behaviour_of = {step: b for b, step in STEP_OF.items()}
+    behaviour_of = {step: b for b, step in step_of.items()}
     out = []
     for step in steps:
         behaviour = behaviour_of.get(step.name)

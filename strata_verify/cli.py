@@ -1,4 +1,4 @@
-"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds).
+"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds, cache).
 
 Each subcommand is a small function: parse options, run the check, hand the Report to `_finish`,
 which prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0 (every check holds),
@@ -6,63 +6,27 @@ which prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0 (eve
 """
 from __future__ import annotations
 
-import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import click
 
-from strata_verify import independent, junit, manifest
+from strata_verify import independent, manifest
 from strata_verify.behaviours import BEHAVIOURS, parse_lacks
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
+from strata_verify.cache_cli import cache
+from strata_verify.cli_common import finish as _finish, gate_failed as _gate_failed, output_options as _output_options
+from strata_verify.cli_common import progress as _progress, target as _target
 from strata_verify.client import GateError
 from strata_verify.determinism import DeterminismOptions, run_determinism
-from strata_verify.diverge import NEAR_TIE
 from strata_verify.engine_proc import Target
 from strata_verify.interleave import InterleaveOptions, run_interleave
 from strata_verify.report import FAIL, INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 
 DETERMINISM_ENGINE = "strata-engine serve"  # the golden manifest's engine
-
-
-def _output_options(fn):
-    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write raw results and the verdict as JSON.")(fn)
-    fn = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write JUnit XML for CI.")(fn)
-    fn = click.option("--markdown", is_flag=True, help="Print markdown (for a PR comment) instead of text.")(fn)
-    fn = click.option("--start-timeout", type=float, default=300.0, show_default=True, help="Seconds an engine may take to become ready.")(fn)
-    fn = click.option("--near-tie", type=float, default=NEAR_TIE, show_default=True, help="Top-2 logprob margin under which a difference is named a near-tie.")(fn)
-    return fn
-
-
-def _target(engine: str | None, url: str | None, default: str, start_timeout: float) -> Target:
-    if engine and url:
-        raise click.UsageError("give --engine or --url, not both")
-    if url:
-        return Target(url=url, start_timeout=start_timeout)
-    return Target(command=engine or default, start_timeout=start_timeout)
-
-
-def _finish(report: Report, markdown: bool, junit_path: str | None, json_path: str | None, raw: dict) -> None:
-    click.echo(report.render_markdown() if markdown else report.render_text())
-    if junit_path:
-        junit.write(report, junit_path)
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
-    sys.exit(report.exit_code)
-
-
-def _gate_failed(report: Report, exc: GateError) -> None:
-    report.gate_error = str(exc)
-    report.stderr_tail = list(exc.stderr_tail)
-
-
-def _progress(message: str) -> None:
-    click.echo(f"strata-verify: {message}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -268,6 +232,9 @@ def builds(engines, scale, tokens, interleave_tokens, only, against_path, timeou
         _gate_failed(report, exc)
     report.meta["seconds"] = round(time.monotonic() - started, 1)
     _finish(report, markdown, junit_path, json_path, raw)
+
+
+main.add_command(cache)
 
 
 if __name__ == "__main__":

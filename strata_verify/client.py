@@ -76,15 +76,17 @@ class EngineClient:
             raise GateError(f"the server's first completion returned neither token ids nor text ({self.server.describe()})")
         return info
 
-    def payload(self, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
+    def payload(self, prompt: list[int] | str, max_tokens: int, cold: bool = True) -> dict[str, Any]:
+        """The greedy body; `cold=False` lets the server's prefix cache serve it (the cache check's sessions)."""
         return self.family.request_body(prompt, max_tokens, model=self.server.model if self.server else None,
-                                        logprobs=2 if self.logprobs_ok else None, cold=True)
+                                        logprobs=2 if self.logprobs_ok else None, cold=cold)
 
-    def task(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int) -> "StreamTask":
+    def task(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int,
+             cold: bool = True) -> "StreamTask":
         family = self.family
         result = Completion(name=name, request_id=request_id, max_tokens=max_tokens)
-        return StreamTask(self.url, self.payload(prompt, max_tokens), result, path=family.endpoint, wire=family.wire,
-                          headers=family.headers(request_id), timeout=self.request_timeout)
+        return StreamTask(self.url, self.payload(prompt, max_tokens, cold), result, path=family.endpoint,
+                          wire=family.wire, headers=family.headers(request_id), timeout=self.request_timeout)
 
     def complete(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int) -> Completion:
         """One completion, start to end, in this thread."""

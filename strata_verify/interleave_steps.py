@@ -183,22 +183,28 @@ def _give_way(run: InterleaveRun) -> Step:
 
 
 def _give_way_seen_from_outside(run: InterleaveRun, name: str, evidence: list[str]) -> Step:
-    """Without an event feed: E, sent after D, got its first token before D did (the client's clock)."""
-    d, e = run.interleaved["D"], run.interleaved["E"]
+    return give_way_from_outside(CHECK, name, run.interleaved["D"], run.interleaved["E"], run.rel, evidence)
+
+
+def give_way_from_outside(check: str, name: str, long, short, rel, evidence: list[str]) -> Step:
+    """Without an event feed: `short`, sent after `long`, got its first token before `long` did (the
+    client's clock). `rel` writes a client-clock time for the evidence. The cache check uses it too."""
+    d, e, dn, en = long, short, long.name, short.name
     evidence.append("the server has no event feed (GET /v1/events): judged on the client's clock")
-    evidence.append(f"D sent {run.rel(d.sent_at)}, E sent {run.rel(e.sent_at)}; E's first token "
-                    f"{run.rel(e.first_token_at)}, D's first token {run.rel(d.first_token_at)}")
+    evidence.append(f"{dn} sent {rel(d.sent_at)}, {en} sent {rel(e.sent_at)}; {en}'s first token "
+                    f"{rel(e.first_token_at)}, {dn}'s first token {rel(d.first_token_at)}")
     if d.first_token_at is None or e.first_token_at is None:
-        return Step(CHECK, name, NOT_EXERCISED, "D or E produced no token", tuple(evidence))
+        return Step(check, name, NOT_EXERCISED, f"{dn} or {en} produced no token", tuple(evidence))
     if e.sent_at < d.sent_at:
-        return Step(CHECK, name, NOT_EXERCISED, "E was sent before D", tuple(evidence))
+        return Step(check, name, NOT_EXERCISED, f"{en} was sent before {dn}", tuple(evidence))
     if e.sent_at >= d.first_token_at:
-        return Step(CHECK, name, NOT_EXERCISED, "E was sent after D's read had ended; no give-way possible",
+        return Step(check, name, NOT_EXERCISED, f"{en} was sent after {dn}'s read had ended; no give-way possible",
                     tuple(evidence))
     if e.first_token_at < d.first_token_at:
-        return Step(CHECK, name, PASS, f"E's first token came {d.first_token_at - e.first_token_at:.3f} s before D's: "
-                    "E was read while D's read was under way (the give-way seen from outside)", tuple(evidence))
-    return Step(CHECK, name, NOT_EXERCISED, "E's first token came after D's: E waited for D's whole read",
+        return Step(check, name, PASS, f"{en}'s first token came {d.first_token_at - e.first_token_at:.3f} s before "
+                    f"{dn}'s: {en} was read while {dn}'s read was under way (the give-way seen from outside)",
+                    tuple(evidence))
+    return Step(check, name, NOT_EXERCISED, f"{en}'s first token came after {dn}'s: {en} waited for {dn}'s whole read",
                 tuple(evidence))
 
 

@@ -4,6 +4,10 @@ Tokens are a hash of (prompt, position), so greedy answers are deterministic wha
 them. Reads take `--read-ms-per-token`, go in `--piece`-token pieces (0 = one run), and decoding
 pauses while a piece is read, as in strata-engine; at a piece's end a waiting prompt under half as
 long takes over (YIELDED) unless `--no-yield`. Events go to GET /v1/events and, as log lines, stderr.
+`--prompt-cache MIB` keeps finished prompts (strata_bench.synthetic_cache: `--cache-tokens-per-mib` tokens a
+MiB, `cache_salt` honoured): a request reads only what is not cached, says `cached_tokens` in its usage, and
+CACHE_HIT / CACHE_EVICT events name hits and evictions; `--cache-fault one-too-far` plays a cache that claims
+one token more than it matched (the answer is computed without that prompt token).
 
     python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
 """
@@ -24,6 +28,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from strata_bench.synthetic_cache import PrefixCache, answer_prompt
 from strata_engine.events import EngineEvent
 
 
@@ -55,8 +60,12 @@ class Fake:
     waiting: list[Job] = field(default_factory=list)
     completions: int = 0
     in_flight: int = 0
+    cache: PrefixCache | None = None
 
     def __post_init__(self) -> None:
+        if self.args.prompt_cache is not None:
+            self.cache = PrefixCache(int(self.args.prompt_cache * self.args.cache_tokens_per_mib),
+                                     fault=self.args.cache_fault)
         self.decode_allowed = asyncio.Event()
         self.decode_allowed.set()
         self.wake = asyncio.Event()
@@ -134,7 +143,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "prefill_chunk": 128, "ctx": args.ctx, "piped_read_piece": args.piece, "decode_share": 0.5,
                 "decode_min_ms": 20.0, "decode_max_ms": 400.0, "read_mix": 0, "pause_target_ms": 0.0, "device": "cpu",
                 "dtype": "float32", "vocab_size": args.vocab, "eos_token_id": 0, "supports_token_ids": True,
-                "version": "fake-1", "batch_invariant": args.batch_invariant}
+                "version": "fake-1", "batch_invariant": args.batch_invariant,
+                **({} if args.prompt_cache is None else {"prompt_cache": {"mib": args.prompt_cache,
+                                                                          "tokens": state["fake"].cache.capacity_tokens}})}
 
     @app.get("/v1/events")
     async def events(since: int = 0, follow: int = 0):
@@ -172,14 +183,20 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if len(prompt_ids) + max_tokens > args.ctx:
             return JSONResponse({"error": {"message": "prompt too long", "type": "invalid_request_error",
                                            "param": "prompt", "code": None}}, status_code=400)
+        salt = body.get("cache_salt")
+        hit = fake.cache.lookup(prompt_ids, salt) if fake.cache is not None else None
+        answer_ids = answer_prompt(prompt_ids, hit) if hit is not None else prompt_ids
         job = Job(rid, prompt_ids, asyncio.get_running_loop().create_future())
         await fake.emit("ADMIT", rid, slot=None)
+        if hit is not None and hit.cached_tokens:
+            job.tokens_read = hit.cached_tokens
+            await fake.emit("CACHE_HIT", rid, slot=0, tokens=hit.cached_tokens, source=hit.source)
         fake.waiting.append(job)
         fake.wake.set()
         want_lp = body.get("logprobs") is not None
 
         def chunk(index: int) -> dict:
-            token = token_at(prompt_ids, index, args.vocab, args.salt if index >= args.salt_from else "")
+            token = token_at(answer_ids, index, args.vocab, args.salt if index >= args.salt_from else "")
             choice = {"index": 0, "text": f" t{token}", "finish_reason": "length" if index == max_tokens - 1 else None,
                       "token_ids": [token], "logprobs": None}
             if index == 0:
@@ -202,11 +219,18 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         await asyncio.sleep(args.decode_ms / 1000)
                     await fake.decode_allowed.wait()
                     yield f"data: {json.dumps(chunk(index))}\n\n"
+                usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
+                         "total_tokens": len(prompt_ids) + max_tokens}
+                if fake.cache is not None:
+                    usage["prompt_tokens_details"] = {"cached_tokens": hit.cached_tokens}
                 yield "data: " + json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [],
-                                             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
-                                                       "total_tokens": len(prompt_ids) + max_tokens}}) + "\n\n"
+                                             "usage": usage}) + "\n\n"
                 yield "data: [DONE]\n\n"
                 await fake.emit("FINISH", rid)
+                if fake.cache is not None:  # the slot keeps the prompt and the answer's tokens
+                    answer = [token_at(answer_ids, i, args.vocab) for i in range(max_tokens - 1)]
+                    for tokens in fake.cache.keep(prompt_ids + answer, salt):
+                        await fake.emit("CACHE_EVICT", None, slot=0, tokens=tokens)
             finally:
                 fake.in_flight -= 1
 
@@ -234,6 +258,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logprob-jitter", type=float, default=0.0)
     parser.add_argument("--die-after", type=int, default=0, help="exit after N completions (0 = never)")
     parser.add_argument("--fail-start", action="store_true", help="write an error to stderr and exit 3")
+    parser.add_argument("--prompt-cache", type=float, default=None, help="MiB of prefix cache (0 = off); unset: "
+                        "an engine without one (no cached_tokens in usage)")
+    parser.add_argument("--cache-tokens-per-mib", type=int, default=512)
+    parser.add_argument("--cache-fault", default="", help="one-too-far: a hit claims one token more than it matched")
     args = parser.parse_args(argv)
     if args.fail_start:
         print("fake engine: cannot load model weights: file not found", file=sys.stderr, flush=True)

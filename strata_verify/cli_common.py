@@ -1,0 +1,52 @@
+"""What every `strata-verify` subcommand shares: the output options, the target (an engine command or a URL),
+and `finish`, which prints the report as text or markdown, writes JUnit and JSON, and exits with its status.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from strata_verify import junit
+from strata_verify.client import GateError
+from strata_verify.diverge import NEAR_TIE
+from strata_verify.engine_proc import Target
+from strata_verify.report import Report
+
+
+def output_options(fn):
+    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write raw results and the verdict as JSON.")(fn)
+    fn = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write JUnit XML for CI.")(fn)
+    fn = click.option("--markdown", is_flag=True, help="Print markdown (for a PR comment) instead of text.")(fn)
+    fn = click.option("--start-timeout", type=float, default=300.0, show_default=True, help="Seconds an engine may take to become ready.")(fn)
+    fn = click.option("--near-tie", type=float, default=NEAR_TIE, show_default=True, help="Top-2 logprob margin under which a difference is named a near-tie.")(fn)
+    return fn
+
+
+def target(engine: str | None, url: str | None, default: str, start_timeout: float) -> Target:
+    if engine and url:
+        raise click.UsageError("give --engine or --url, not both")
+    if url:
+        return Target(url=url, start_timeout=start_timeout)
+    return Target(command=engine or default, start_timeout=start_timeout)
+
+
+def finish(report: Report, markdown: bool, junit_path: str | None, json_path: str | None, raw: dict) -> None:
+    click.echo(report.render_markdown() if markdown else report.render_text())
+    if junit_path:
+        junit.write(report, junit_path)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
+    sys.exit(report.exit_code)
+
+
+def gate_failed(report: Report, exc: GateError) -> None:
+    report.gate_error = str(exc)
+    report.stderr_tail = list(exc.stderr_tail)
+
+
+def progress(message: str) -> None:
+    click.echo(f"strata-verify: {message}", err=True)
