@@ -86,8 +86,10 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
         pipeline.batch_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
+    per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
+                                   torch.tensor([], dtype=dtype).element_size())
     return Backend(
-        executor=TorchExecutor(pipeline),
+        executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token),
         tokenizer=tokenizer,
         model_name=os.path.basename(str(config.model).rstrip("/")) or str(config.model),
         device=",".join(sorted({s.device for s in stages})),

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import click
 
-from .config import ENV_HELP, ENV_VARS, EngineConfig
+from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
 
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
                 "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
-                "stage_ranks", "stage_timeout_s", "compile", "log_events")
+                "stage_ranks", "stage_timeout_s", "compile", "log_events", "prompt_cache_mib")
 
 
 def _epilog() -> str:
@@ -85,6 +85,11 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--compile/--no-compile", default=False, show_default=True,
                      help="torch: run micro-batches of decode rows through a torch.compile'd step (compiled at start, "
                           "before the server is ready; docs/MODEL.md, 'The compiled decode step')."),
+        click.option("--prompt-cache", "prompt_cache_mib", type=click.IntRange(min=0), default=DEFAULT_PROMPT_CACHE_MIB,
+                     show_default=True, metavar="MIB",
+                     help="Prompt cache: a free slot keeps its request's tokens and KV for the next request that "
+                          "repeats them, and prefixes pushed out of slots wait in a host-memory store of MIB MiB "
+                          "(least recently used out first). 0 turns both off (docs/SERVER.md, 'Prompt cache')."),
         click.option("--log-events/--no-log-events", default=True, show_default=True,
                      help="Echo every engine event (PIECE, YIELDED, ...) as one line on stderr."),
     ]

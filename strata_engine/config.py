@@ -22,6 +22,10 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
 }
 
 STAGE_WORKERS = ("auto", "thread", "dist")
+# The host store's default cap: 1 GiB holds 64 agents' 4,000-token contexts of the embedded model (4 KiB of
+# KV a token) or ~10,000 tokens of a 30B-class MoE in bf16, and is a small share of any machine that runs a model.
+DEFAULT_PROMPT_CACHE_MIB = 1024
+PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
 STAGE_RANKS = ("launch", "join")
 
@@ -68,8 +72,13 @@ class SchedulerConfig:
     decode_max_ms: float = 400.0
     read_mix: int = 0
     pause_target_ms: float = 0.0
+    prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
+    prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
 
     def __post_init__(self) -> None:
+        if self.prompt_cache_mib < 0 or self.prompt_cache_min_tokens < 1:
+            raise ValueError(f"prompt_cache_mib must be >= 0 and prompt_cache_min_tokens >= 1, got "
+                             f"{self.prompt_cache_mib} and {self.prompt_cache_min_tokens}")
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if not 1 <= self.batch_groups <= self.batch:
@@ -132,6 +141,7 @@ class EngineConfig:
     stage_timeout_s: float = 60.0  # dist: the longest a micro-batch may take before its rank is declared hung
     compile: bool = False  # torch: decode-only micro-batches through the compiled step (runtime/compiled_step.py)
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
+    prompt_cache_mib: int = DEFAULT_PROMPT_CACHE_MIB  # host store cap; 0 = no prompt cache at all (slots nor store)
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
     def __post_init__(self) -> None:
@@ -161,6 +171,13 @@ class EngineConfig:
             raise ValueError("--compile compiles the torch executor's model step; the sim executor has none")
         if self.stage_ranks == "join" and self.stage_workers != "dist":
             raise ValueError("--stage-ranks join needs --stage-workers dist")
+        if not isinstance(self.prompt_cache_mib, int) or self.prompt_cache_mib < 0:
+            raise ValueError(f"prompt_cache_mib must be an integer >= 0 (0 = off), got {self.prompt_cache_mib!r}")
+        if self.executor == "torch" and self.prompt_cache_mib:
+            available = host_memory_available()
+            if self.prompt_cache_mib * 2**20 > available:
+                raise ValueError(f"--prompt-cache {self.prompt_cache_mib} MiB cannot be held: this machine has "
+                                 f"{available // 2**20} MiB of memory available now; give at most that, or 0 to turn it off")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
@@ -204,5 +221,18 @@ class EngineConfig:
             num_stages=self.num_stages,
             prefill_chunk=self.prefill_chunk,
             ctx=self.ctx if self.ctx is not None else SchedulerConfig.ctx,
+            prompt_cache_mib=self.prompt_cache_mib,
         )
         return base.with_env(self.env)
+
+
+def host_memory_available() -> int:
+    """Bytes of host memory available now (MemAvailable; the free pages where /proc is missing)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -185,7 +185,8 @@ class Engine:
             token_text=lambda tid: self.tokenizer.decode([tid]), deliver=deliver, clock=self.clock, seed=seed,
         )
         request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state,
-                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs)
+                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs, cache_salt=params.cache_salt)
+        state.handle = handle
         with self._lock:
             self._states[request_id] = state
             self._handles[request_id] = handle
@@ -207,6 +208,8 @@ class Engine:
     # -- the scheduler's sink ------------------------------------------------------------------
     def on_token(self, request: Request, token: SampledToken) -> str | None:
         state: RequestState = request.payload
+        if state.handle is not None and not state.token_ids:  # admitted: what the prompt cache gave is known
+            state.handle.cached_tokens = request.cached_tokens
         reason = finish_reason(token.token_id, tokens_generated=request.tokens_generated, prompt_tokens=request.prompt_tokens,
                                max_tokens=request.max_tokens, ctx=self.ctx, eos_token_id=self.eos_token_id,
                                ignore_eos=state.params.ignore_eos)
@@ -216,9 +219,9 @@ class Engine:
 
     def on_finish(self, request: Request) -> None:
         state: RequestState = request.payload
-        self._finish(state, request.finish_reason or "stop", request.error)
+        self._finish(state, request.finish_reason or "stop", request.error, request.cached_tokens)
 
-    def _finish(self, state: RequestState, reason: str, error: str | None) -> None:
+    def _finish(self, state: RequestState, reason: str, error: str | None, cached_tokens: int = 0) -> None:
         with self._lock:
             if state.finished:
                 return
@@ -226,7 +229,7 @@ class Engine:
             self._states.pop(state.request_id, None)
             self._handles.pop(state.request_id, None)
         unsent = state.text[state.emitted_chars:]
-        state.deliver(Finished(state.completion(reason, error), unsent))
+        state.deliver(Finished(state.completion(reason, error, cached_tokens), unsent))
 
     # -- conveniences --------------------------------------------------------------------------
     def generate(self, prompts: Sequence[str | Sequence[int]] | str, params: SamplingParams | None = None) -> list[Completion]:
@@ -258,6 +261,7 @@ class Engine:
             "batch_invariant": bool(getattr(self.executor, "batch_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),
             "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
             "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
+            "prompt_cache": self.scheduler.prompt_cache.info(),
         }
 
     def stats(self) -> dict[str, Any]:

@@ -13,7 +13,11 @@ from typing import Any, Callable
 # Kinds. A read is split into PIECEs; LEADIN is the decode budget before a read that follows a read;
 # YIELDED is a give-way (BYIELD); BSTOP a cancelled read/request freed; READ_START/READ_DONE bracket a
 # prompt read; ADMIT/FINISH bracket a request's life in a slot; MIX is a mixed read's run, TARGET a pause-target run.
-KINDS = ("ADMIT", "READ_START", "PIECE", "TARGET", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX")
+# The prompt cache: CACHE_HIT (a request keeps `tokens` prompt tokens from `source` "slot" or "store"),
+# CACHE_EVICT (a prefix leaves a slot, source "slot", `to` "store" or "dropped"; or leaves the store, source
+# "store", `reason` "lru", "covered" by a longer one, "memory" or "failed"), each with its tokens and bytes.
+KINDS = ("ADMIT", "READ_START", "PIECE", "TARGET", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX",
+         "CACHE_HIT", "CACHE_EVICT")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class Completion:
     logprobs: list[TokenOutput] | None
     finish_reason: str  # "stop" | "length" | "cancelled" | "error"
     error: str | None = None
+    cached_tokens: int = 0  # prompt tokens the prompt cache gave (usage.prompt_tokens_details.cached_tokens)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class RequestHandle:
     def __init__(self, request_id: str, cancel: Callable[[str], None], prompt_tokens: int = 0):
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens  # the prompt's length in tokens, as the engine tokenized it
+        self.cached_tokens = 0  # prompt tokens the prompt cache gave, set when the request takes its slot
         self._cancel = cancel
         self._items: queue.Queue = queue.Queue()
         self._done = threading.Event()
@@ -102,6 +104,7 @@ class RequestState:
     emitted_chars: int = 0
     outputs: list[TokenOutput] = field(default_factory=list)
     finished: bool = False
+    handle: Any = None  # the caller's RequestHandle (its cached_tokens is set once the request has a slot)
 
     def accept(self, token: SampledToken, reason: str | None) -> str | None:
         """Take one output token and the engine's finish decision for it (None, or "length"); deliver what
@@ -136,7 +139,7 @@ class RequestState:
         hits = [i for s in self.params.stop if (i := self.text.find(s, start)) >= 0]
         return min(hits) if hits else None
 
-    def completion(self, finish_reason: str, error: str | None = None) -> Completion:
+    def completion(self, finish_reason: str, error: str | None = None, cached_tokens: int = 0) -> Completion:
         return Completion(
             request_id=self.request_id,
             prompt_token_ids=list(self.prompt_ids),
@@ -145,4 +148,5 @@ class RequestState:
             logprobs=list(self.outputs) if self.params.logprobs is not None else None,
             finish_reason=finish_reason,
             error=error,
+            cached_tokens=cached_tokens,
         )

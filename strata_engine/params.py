@@ -20,6 +20,7 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     logprobs: int | None = None  # None = off; k >= 0 = chosen token's logprob plus top-k alternatives
+    cache_salt: str | None = None  # vLLM's: prompt-cache prefixes are shared only within one salt (None: the default)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -36,6 +37,8 @@ class SamplingParams:
             raise RequestError(f"top_k must be an integer >= 0, got {self.top_k!r}", "top_k")
         if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
             raise RequestError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}", "logprobs")
+        if self.cache_salt is not None and (not isinstance(self.cache_salt, str) or not self.cache_salt):
+            raise RequestError("cache_salt must be a non-empty string if given", "cache_salt")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise RequestError("stop must be non-empty strings", "stop")
 

@@ -14,14 +14,18 @@ import torch
 
 from ..scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
+from ..runtime.prefix_copies import PrefixCopy
 from ..scheduler.read_policy import choose_rider, end_run, issue_depth, rider_interval_ms, run_interval_ms
 from ..scheduler.request import Phase, Request
 
 
 class TorchExecutor:
-    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter):
+    supports_prefix_cache = True  # scheduler/protocol.PrefixCopies: each stage copies its own layers
+
+    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter, kv_bytes_per_token: int = 0):
         self.pipeline = pipeline
         self.clock = clock
+        self.kv_bytes_per_token = kv_bytes_per_token  # 0: no host store (slots are still reused)
         self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     @property
@@ -33,12 +37,32 @@ class TorchExecutor:
         """A row's logits are bitwise independent of the rows beside it (runtime/invariance.py)."""
         return bool(getattr(self.pipeline, "batch_invariant", False))
 
-    def prepare_slot(self, slot: int) -> None:
-        # Attention reads only positions this request wrote (0..its position), so stale KV is never seen.
+    def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
+        # Attention reads only positions 0..a query's own, all written by this request or kept for it
+        # (the prompt cache), so what lies past them is never seen: nothing to reset.
         pass
 
     def free_slot(self, slot: int) -> None:
-        pass
+        pass  # the KV stays: the prompt cache may give the slot's prefix to the next request
+
+    # -- the prompt cache's host copies: one micro-batch of no rows, each stage copying its layers -----
+    def _copy(self, copy: PrefixCopy) -> None:
+        if self.pipeline.in_flight:
+            raise RuntimeError("prefix copies run between executor calls, with nothing in flight")
+        self.pipeline.submit(MicroBatch([], copy=copy))
+        _raise_first_error([self.pipeline.get()])
+
+    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
+        self._copy(PrefixCopy("save", key, slot, tokens))
+
+    def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
+        self._copy(PrefixCopy("restore", key, slot, tokens))
+
+    def drop_prefix(self, key: int) -> None:
+        self._copy(PrefixCopy("drop", key))
+
+    def kv_generation(self) -> int:
+        return int(getattr(self.pipeline, "epoch", 0))  # stage ranks that restarted lost every slot's KV
 
     # -- reads ---------------------------------------------------------------------------------
     @staticmethod

@@ -4,6 +4,7 @@ Shapes: `LayerKV.k` and `LayerKV.v` are `[num_slots, num_kv_heads, ctx, head_dim
 position p lives at `[s, :, p, :]`. Each layer owns its tensors, so a layer split can place each stage's
 layers on that stage's device (`KVCache(..., layers=range(0, 2), device="cuda:0")`). Writing a position at
 or past `ctx` raises `ContextOverflowError` naming the slot, the position and ctx; nothing is written.
+`save` / `restore` copy a slot's first positions to host memory and back (the prompt cache's store).
 """
 from __future__ import annotations
 
@@ -107,6 +108,24 @@ class KVCache:
             raise ValueError(f"slot {slot} out of range [0, {self.num_slots})")
         for layer in self.layers.values():
             layer.reset(slot)
+
+    def save(self, slot: int, tokens: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Host copies of the slot's positions [0, tokens) in every layer held: {layer: (k, v)}, each
+        [num_kv_heads, tokens, head_dim] (the prompt cache's store; the slot is untouched)."""
+        if not 0 < tokens <= self.ctx:
+            raise ValueError(f"cannot save {tokens} positions of a {self.ctx}-position cache")
+        return {i: (layer.k[slot, :, :tokens].to("cpu", copy=True), layer.v[slot, :, :tokens].to("cpu", copy=True))
+                for i, layer in self.layers.items()}
+
+    def restore(self, saved: dict[int, tuple[torch.Tensor, torch.Tensor]], slot: int, tokens: int) -> None:
+        """Write the first `tokens` positions of `save`'s copies back into `slot` (any slot), every layer held."""
+        if set(saved) != set(self.layers):
+            raise ValueError(f"saved layers {sorted(saved)} are not this cache's {sorted(self.layers)}")
+        for i, (k, v) in saved.items():
+            if not 0 < tokens <= k.shape[1]:
+                raise ValueError(f"cannot restore {tokens} positions from a copy of {k.shape[1]}")
+            self.layers[i].k[slot, :, :tokens].copy_(k[:, :tokens])
+            self.layers[i].v[slot, :, :tokens].copy_(v[:, :tokens])
 
     def free(self) -> None:
         """Drop the tensors (device memory goes back to the allocator); the cache is unusable afterwards."""

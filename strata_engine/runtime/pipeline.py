@@ -22,6 +22,7 @@ from ..model.rows import Rows
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .compiled_step import compile_info, compiled_stage
 from ..model.kv_cache import KVCache
+from .prefix_copies import HostPrefixes, PrefixCopy
 from .stage_forward import stage_forward
 
 
@@ -97,6 +98,7 @@ class Part:
 class MicroBatch:
     parts: list[Part]
     tag: Any = None  # the caller's bookkeeping (which group / chunk)
+    copy: PrefixCopy | None = None  # instead of parts: the prompt cache's copy, done by each stage on its layers
     error: BaseException | None = None
     stage_ms: list[float] = field(default_factory=list)
 
@@ -109,6 +111,7 @@ class Stage(threading.Thread):
         self.inbox, self.outbox = inbox, outbox
         self.is_first, self.is_last, self.threads, self.row_tile = is_first, is_last, threads, row_tile
         self.compiled = compiled  # CompiledDecode: decode-only parts through the compiled step
+        self.prefixes = HostPrefixes(cache)  # this stage's layers of the prompt cache's host store
 
     def run(self) -> None:
         if self.threads:
@@ -121,6 +124,8 @@ class Stage(threading.Thread):
                 if mb.error is None:
                     t0 = time.perf_counter()
                     try:
+                        if mb.copy is not None:
+                            self.prefixes.apply(mb.copy)
                         for part in mb.parts:
                             self._run_part(part)
                     except BaseException as exc:  # one micro-batch fails, the stage keeps serving

@@ -3,7 +3,8 @@
 Contract: `on_token` appends a sampled token and asks the sink whether it ends the request (the engine
 decides: `finish.finish_reason`); a sink that raises fails that request alone, and one that lets the
 context fill without ending it fails it too. `finish` ends a request exactly once (FINISH event, one
-`sink.on_finish`); its slot is freed by `release` after the executor call it ended in has returned.
+`sink.on_finish`); its slot is freed by `release` after the executor call it ended in has returned (the
+prompt cache then records what the slot still holds).
 Called on the executor's thread (tokens) and the step thread (everything else).
 """
 from __future__ import annotations
@@ -28,8 +29,10 @@ class Sink(Protocol):
 
 
 class Endings:
-    def __init__(self, ctx: int, sink: Sink, intake: Intake, emit: Callable[..., None], counts: dict[str, int]):
+    def __init__(self, ctx: int, sink: Sink, intake: Intake, emit: Callable[..., None], counts: dict[str, int],
+                 on_release: Callable[[Request, int], None] | None = None):
         self.ctx, self.sink, self.intake, self.emit, self.counts = ctx, sink, intake, emit, counts
+        self.on_release = on_release  # the prompt cache records what the slot keeps
         self.to_release: list[Request] = []  # finished inside an executor call; slot freed after it
 
     def on_token(self, request: Request, token: SampledToken) -> None:
@@ -73,6 +76,8 @@ class Endings:
             if slot is None or slots.owner(slot) is not request:
                 continue
             slots.release(slot)
+            if self.on_release is not None:
+                self.on_release(request, slot)
             try:
                 executor.free_slot(slot)
             except Exception as exc:

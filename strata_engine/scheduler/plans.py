@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..config import SchedulerConfig
 from .batch_read import next_read_chunks, piped_decode_budget_ms, piped_read_lead_in
 from .read_policy import ReadKind, has_boundaries, mixed_gap_ms, read_budget_ms, read_kind, unit_tokens
+from .prefix_cache import Placement
 from .request import Phase, Request
 from .slots import SlotTable
 
@@ -72,6 +73,7 @@ class LeadInPlan:
     budget_ms: float
     start: Start
     slot: int | None = None  # the slot admission assigns
+    placement: Placement | None = None  # admission: the slot and the prompt tokens the prompt cache gives
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class ReadPlan:
     groups: Groups = ()  # the mixed read's decoding groups
     budget_ms: float | None = None  # the pause target: the run stops itself before passing it
     max_gap_ms: float | None = None  # a mixed read under a pause target: decode tokens ride when due
+    placement: Placement | None = None  # admission: the slot and the prompt tokens the prompt cache gives
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,10 @@ def plan_step(
     parked: Sequence[ActiveRead],
     previous_was_read: bool,
     last_unit_ms: float,
+    place: Callable[[Request], Placement | None] | None = None,
 ) -> Plan:
-    """The next step, from state alone."""
+    """The next step, from state alone. `place` says where a waiting request would go (the prompt cache:
+    a slot and the prompt tokens it keeps); None = the balanced free slot, nothing kept."""
     if reading is not None and reading.unit_done is not None:
         return plan_boundary(config=config, read=reading, slots=slots, waiting=waiting)
     cancelled = [r for r in waiting if r.cancelled]
@@ -158,12 +163,17 @@ def plan_step(
     kind = read_kind(config)
 
     def read(active: Request, start: Start, slot: int | None, fresh: bool) -> LeadInPlan | ReadPlan:
+        placement = None
+        if start is Start.ADMIT:
+            placement = place(active) if place is not None else Placement(slot)
+            slot = placement.slot
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=has_boundaries(kind)):
             budget = piped_decode_budget_ms(last_unit_ms, config.decode_share, config.decode_min_ms, config.decode_max_ms)
-            return LeadInPlan(active, groups, budget, start, slot)
-        chunks = next_read_chunks(active.tokens_read, active.prompt_tokens, config.prefill_chunk, unit_tokens(config))
+            return LeadInPlan(active, groups, budget, start, slot, placement)
+        read_from = placement.keep if placement is not None else active.tokens_read
+        chunks = next_read_chunks(read_from, active.prompt_tokens, config.prefill_chunk, unit_tokens(config))
         return ReadPlan(active, tuple(chunks), kind, start, slot, groups if kind is ReadKind.MIX else (),
-                        read_budget_ms(config, kind, bool(groups)), mixed_gap_ms(config, kind))
+                        read_budget_ms(config, kind, bool(groups)), mixed_gap_ms(config, kind), placement)
 
     if reading is not None:
         return read(reading.request, Start.CONTINUE, None, fresh=reading.units == 0 and not reading.led_in)

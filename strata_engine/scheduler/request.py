@@ -37,6 +37,8 @@ class Request:
     error: str | None = None
     sampler: TokenSampler | None = None  # turns this request's logits row into its token (None: the simulator)
     logprobs: int | None = None  # top logprobs wanted per token (None = none), for executors without a sampler
+    cache_salt: str | None = None  # prefixes are shared only between requests with the same salt (None: default)
+    cached_tokens: int = 0  # prompt tokens taken from the prompt cache at admission, not read
 
     @property
     def prompt_tokens(self) -> int:

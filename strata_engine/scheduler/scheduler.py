@@ -8,6 +8,7 @@ whatever ends it (`endings.py`); an exception while running one request fails th
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from ..config import SchedulerConfig
@@ -18,7 +19,10 @@ from .endings import Endings, Sink
 from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadInPlan, Plan, ReadPlan, Start, StopPlan,
                     UnitDone, give_way_candidate, plan_step)
 from .intake import Intake
-from .read_policy import ReadKind, check_executor, interruptible, read_kind
+from .batch_read import next_read_chunks
+from .prefix_cache import Placement
+from .prompt_cache import PromptCache
+from .read_policy import ReadKind, check_executor, interruptible, read_kind, unit_tokens
 from .request import Phase, Request
 from .slots import SlotTable
 
@@ -46,7 +50,8 @@ class Scheduler:
         self._last_unit_ms = 0.0
         self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "target_runs": 0, "lead_ins": 0, "yields": 0, "bstops": 0,
                        "read_runs": 0}
-        self.endings = Endings(config.ctx, sink, self.intake, self._emit, self.counts)
+        self.prompt_cache = PromptCache(config, executor, self._emit)
+        self.endings = Endings(config.ctx, sink, self.intake, self._emit, self.counts, self.prompt_cache.release)
         self._on_token, self._finish = self.endings.on_token, self.endings.finish
 
     # -- other threads ------------------------------------------------------------------------------
@@ -71,6 +76,7 @@ class Scheduler:
             "decoding": sum(1 for r in occupied if r.phase is Phase.DECODING),
             "free_slots": self.slots.size - len(occupied),
             **self.counts,
+            "prompt_cache": self.prompt_cache.info(),
         }
 
     # -- the step thread ----------------------------------------------------------------------------
@@ -78,6 +84,7 @@ class Scheduler:
         return plan_step(
             config=self.config, slots=self.slots, waiting=self.intake.waiting(), reading=self._reading, parked=self._parked,
             previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms,
+            place=lambda request: self.prompt_cache.place(request, self.slots),
         )
 
     def step(self) -> bool:
@@ -101,9 +108,9 @@ class Scheduler:
         return True
 
     # -- plan execution -----------------------------------------------------------------------------
-    def _start(self, start: Start, request: Request, slot: int | None) -> None:
+    def _start(self, start: Start, request: Request, placement: Placement | None) -> None:
         if start is Start.ADMIT:
-            self._admit(request, slot)
+            self._admit(request, placement)
         elif start is Start.RESUME:
             active = self._parked.pop()
             active.units, active.led_in = 0, False
@@ -112,7 +119,7 @@ class Scheduler:
             self._emit("RESUME", request, tokens_read=request.tokens_read, prompt_tokens=request.prompt_tokens)
 
     def _lead_in(self, plan: LeadInPlan) -> None:
-        self._start(plan.start, plan.request, plan.slot)
+        self._start(plan.start, plan.request, plan.placement)
         result = self._decode(plan.groups, budget_ms=plan.budget_ms)
         self._reading.led_in = True
         self.counts["lead_ins"] += 1
@@ -121,8 +128,11 @@ class Scheduler:
 
     def _read(self, plan: ReadPlan) -> None:
         request = plan.request
-        self._start(plan.start, request, plan.slot)
+        self._start(plan.start, request, plan.placement)
         active = self._reading
+        if plan.chunks[0][0] != request.tokens_read:  # admission kept less than planned (a restore failed)
+            plan = replace(plan, chunks=tuple(next_read_chunks(request.tokens_read, request.prompt_tokens,
+                                                               self.config.prefill_chunk, unit_tokens(self.config))))
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
         if plan.budget_ms is not None:
             stop["budget_ms"] = plan.budget_ms
@@ -156,17 +166,19 @@ class Scheduler:
         else:
             active.unit_done = unit  # its boundary is the next plan
 
-    def _admit(self, request: Request, slot: int) -> None:
+    def _admit(self, request: Request, placement: Placement) -> None:
+        slot = placement.slot
         self.intake.remove(request)
         self.slots.assign(slot, request)
-        self.executor.prepare_slot(slot)
+        self.prompt_cache.admit(request, placement)
         request.phase = Phase.READING
         self.counts["admitted"] += 1
         now = self.clock()
         self._emit("ADMIT", request, group=self.slots.group_of(slot), prompt_tokens=request.prompt_tokens,
                    waited_ms=(now - request.arrival) * 1000.0)
         self._reading = ActiveRead(request, started=now)
-        self._emit("READ_START", request, prompt_tokens=request.prompt_tokens, mode=self.kind.value)
+        self._emit("READ_START", request, prompt_tokens=request.prompt_tokens, mode=self.kind.value,
+                   cached_tokens=request.cached_tokens)
 
     def _boundary(self, plan: BoundaryPlan) -> None:
         active, request = plan.read, plan.read.request
@@ -253,7 +265,7 @@ class Scheduler:
             return False
         return self.slots.free_count() > 0 or bool(self.endings.to_release)
 
-    def _emit(self, kind: str, request: Request | None = None, **fields: Any) -> None:
-        slot = request.slot if request is not None else None
+    def _emit(self, kind: str, request: Request | None = None, slot: int | None = None, **fields: Any) -> None:
+        slot = request.slot if request is not None else slot
         rid = request.request_id if request is not None else None
         self.events.emit(EngineEvent(kind, self.clock(), slot, rid, fields))

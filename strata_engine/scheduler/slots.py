@@ -6,7 +6,7 @@ fewest occupied slots, so the pipelined groups stay balanced. Owned by the sched
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .request import Phase, Request
 
@@ -36,14 +36,18 @@ class SlotTable:
     def occupied(self) -> list[Request]:
         return [r for r in self._owner if r is not None]
 
-    def choose(self) -> int | None:
-        """A free slot in the group with the fewest occupied slots (ties: lowest group, lowest slot)."""
+    def free_slots(self) -> list[int]:
+        return [s for s, r in enumerate(self._owner) if r is None]
+
+    def choose(self, rank: Callable[[int], Any] | None = None) -> int | None:
+        """A free slot in the group with the fewest occupied slots (ties: lowest group); in the group the
+        lowest slot, or the lowest by `rank` (the prompt cache: empty slots before ones holding a prefix)."""
         best: tuple[int, int, int] | None = None
         for gi, group in enumerate(self.groups):
             free = [s for s in group if self._owner[s] is None]
             if not free:
                 continue
-            key = (len(group) - len(free), gi, free[0])
+            key = (len(group) - len(free), gi, min(free, key=lambda s: (rank(s), s)) if rank else free[0])
             if best is None or key < best:
                 best = key
         return None if best is None else best[2]

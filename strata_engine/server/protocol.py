@@ -43,6 +43,7 @@ class _Sampling(_Strict):
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    cache_salt: str | None = None  # vLLM's: prompt-cache prefixes are shared only between requests with one salt
 
     def unsupported(self) -> None:
         if self.n != 1:
@@ -79,6 +80,7 @@ class _Sampling(_Strict):
             stop=stop,
             ignore_eos=self.ignore_eos,
             logprobs=logprobs,
+            cache_salt=self.cache_salt,
         )
 
 

@@ -36,9 +36,11 @@ class Render:
         self._hot_prefix: str | None = None  # the constant start of every token event's JSON
 
     # ---- pieces ---------------------------------------------------------------------------------
-    def usage(self, completion_tokens: int, prompt_tokens: int | None = None) -> dict[str, int]:
+    def usage(self, completion_tokens: int, prompt_tokens: int | None = None, cached_tokens: int = 0) -> dict[str, Any]:
+        """OpenAI's usage; `prompt_tokens_details.cached_tokens`: prompt tokens the prompt cache gave."""
         prompt = len(self.prompt_ids) if prompt_tokens is None else prompt_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
     def _legacy_logprobs(self, tokens: Sequence[Any]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
@@ -110,9 +112,9 @@ class Render:
         text = json.dumps(tok.text, ensure_ascii=False)
         return f'data: {self._hot_prefix}{text}{close},"logprobs":null,"finish_reason":null{ids}}}]}}\n\n'.encode()
 
-    def usage_chunk(self, completion_tokens: int, prompt_tokens: int | None = None) -> dict[str, Any]:
+    def usage_chunk(self, completion_tokens: int, prompt_tokens: int | None = None, cached_tokens: int = 0) -> dict[str, Any]:
         obj = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
-        obj["usage"] = self.usage(completion_tokens, prompt_tokens)
+        obj["usage"] = self.usage(completion_tokens, prompt_tokens, cached_tokens)
         return obj
 
     # ---- whole response -------------------------------------------------------------------------
@@ -129,7 +131,8 @@ class Render:
             choice["token_ids"] = list(completion.token_ids)
             choice["prompt_token_ids"] = list(completion.prompt_token_ids)
         obj = self._envelope("chat.completion" if self.chat else "text_completion", [choice])
-        obj["usage"] = self.usage(len(completion.token_ids), len(completion.prompt_token_ids))
+        obj["usage"] = self.usage(len(completion.token_ids), len(completion.prompt_token_ids),
+                                  getattr(completion, "cached_tokens", 0))
         return obj
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -126,7 +126,7 @@ async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_toke
     def event(tokens: list[Any], finish: str | None, tail: str = "", prompt_ids: Any = None) -> bytes:
         if finish is None and prompt_tokens is None and len(tokens) == 1:
             return render.token_event(tokens[0])
-        usage = render.usage(generated, prompt_tokens) if prompt_tokens is not None else None
+        usage = render.usage(generated, prompt_tokens, relay.handle.cached_tokens) if prompt_tokens is not None else None
         return sse(dumps(render.chunk(tokens, finish, usage, tail, prompt_ids)))
 
     pending = None  # a token whose event waits until we know whether it is the last
@@ -169,7 +169,8 @@ async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_toke
             out.append(event([pending] if pending is not None else [], completion.finish_reason,
                              getattr(item, "unsent_text", ""), completion.prompt_token_ids))
             if include_usage:
-                out.append(sse(dumps(render.usage_chunk(len(completion.token_ids), len(completion.prompt_token_ids)))))
+                out.append(sse(dumps(render.usage_chunk(len(completion.token_ids), len(completion.prompt_token_ids),
+                                                        completion.cached_tokens))))
         out.append(DONE)
         yield b"".join(out)
         return

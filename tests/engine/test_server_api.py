@@ -86,7 +86,8 @@ def test_stream_is_one_event_per_token_then_usage_then_done(url, engine):
     assert events[-1] == "[DONE]"
     usage_event, token_events = events[-2], events[:-2]
     assert usage_event["choices"] == [] and usage_event["usage"] == {"prompt_tokens": 9, "completion_tokens": 9,
-                                                                     "total_tokens": 18}
+                                                                     "total_tokens": 18,
+                                                                     "prompt_tokens_details": {"cached_tokens": 0}}
     assert len(token_events) == 9
     assert all(len(e["choices"][0]["token_ids"]) == 1 for e in token_events)
     assert [e["choices"][0]["finish_reason"] for e in token_events] == [None] * 8 + ["length"]

@@ -90,7 +90,8 @@ def test_completion_chunks_carry_ids_offsets_and_finish():
     assert b["choices"][0]["text"] == "i!" and b["choices"][0]["finish_reason"] == "length"
     assert b["choices"][0]["prompt_token_ids"] == [1, 2]
     assert r.usage_chunk(2, 2) == {**{k: a[k] for k in ("id", "object", "created", "model")}, "choices": [],
-                                   "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}}
+                                   "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4,
+                                             "prompt_tokens_details": {"cached_tokens": 0}}}
 
 
 def test_chat_chunks_send_the_role_once():
@@ -107,7 +108,8 @@ def test_whole_responses():
     whole = render(return_token_ids=True).response(completion)
     assert whole["choices"][0] == {"index": 0, "text": "AB", "logprobs": None, "finish_reason": "stop",
                                    "token_ids": [65, 66], "prompt_token_ids": [1, 2]}
-    assert whole["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    assert whole["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4,
+                              "prompt_tokens_details": {"cached_tokens": 0}}
     chat = render("chat", logprobs=True).response(completion)
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"] == {"role": "assistant",
                                                                                       "content": "AB"}

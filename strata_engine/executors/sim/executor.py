@@ -20,12 +20,13 @@ from ...scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ...tokens import SampledToken
 from ...scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
 from ...scheduler.request import Phase, Request
+from .prefixes import SimPrefixCopies
 from .profile import CostProfile, load_profile
 
 __all__ = ["SimExecutor", "CostProfile", "load_profile"]
 
 
-class SimExecutor:
+class SimExecutor(SimPrefixCopies):
     def __init__(
         self,
         profile: CostProfile,
@@ -52,6 +53,8 @@ class SimExecutor:
         self.vocab_size, self.eos_token_id, self.seed = vocab_size, eos_token_id, seed
         self.eos_probability = eos_probability
         self._kv: dict[int, int] = {}  # prepared slot -> tokens in its KV cache
+        self._held: dict[int, int] = {}  # freed slot -> tokens its KV still holds (the prompt cache's to keep)
+        self._stored: dict[int, int] = {}  # host store key -> tokens copied there
         self._digests: dict[str, bytes] = {}
         self._cursor = float("-inf")  # wall time the last call's modelled work ends
         self._t0 = 0.0
@@ -59,11 +62,14 @@ class SimExecutor:
         self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     # -- slots --------------------------------------------------------------------------------------
-    def prepare_slot(self, slot: int) -> None:
-        self._kv[slot] = 0
+    def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
+        held = self._held.pop(slot, 0)
+        if not 0 <= keep_tokens <= held:
+            raise ValueError(f"prepare_slot({slot}, keep_tokens={keep_tokens}): the slot holds {held} tokens")
+        self._kv[slot] = keep_tokens
 
     def free_slot(self, slot: int) -> None:
-        self._kv.pop(slot, None)
+        self._held[slot] = self._kv.pop(slot, 0)
 
     # -- tokens -------------------------------------------------------------------------------------
     def token_for(self, request: Request, index: int) -> SampledToken:

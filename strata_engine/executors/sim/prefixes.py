@@ -1,0 +1,42 @@
+"""The simulator's side of the prompt cache: host copies as token counts, each copy charged modelled time.
+
+Contract (`scheduler/protocol.PrefixCopies`): a slot hit costs nothing (`prepare_slot` keeps positions);
+`save_prefix` and `restore_prefix` cost `CostProfile.copy_token_ms` per token; a stored token is counted at
+`CostProfile.kv_token_bytes`. A restore of more tokens than were saved, or from a slot that does not hold
+what is saved, raises ValueError, so a scheduler bug surfaces in tests.
+"""
+from __future__ import annotations
+
+
+class SimPrefixCopies:
+    supports_prefix_cache = True
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.profile.kv_token_bytes
+
+    def kv_generation(self) -> int:
+        return 0
+
+    def _copy(self, tokens: int) -> None:
+        self._begin()
+        ms = tokens * self.profile.copy_token_ms
+        self._wait_until(ms)
+        self._end(ms)
+
+    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
+        held = self._held.get(slot, 0)
+        if not 0 < tokens <= held:
+            raise ValueError(f"save_prefix({key}, slot {slot}, {tokens} tokens): the slot holds {held}")
+        self._copy(tokens)
+        self._stored[key] = tokens
+
+    def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
+        stored = self._stored.get(key)
+        if stored is None or not 0 < tokens <= stored:
+            raise ValueError(f"restore_prefix({key}, slot {slot}, {tokens} tokens): the store holds {stored}")
+        self._copy(tokens)
+        self._held[slot] = tokens
+
+    def drop_prefix(self, key: int) -> None:
+        self._stored.pop(key, None)

@@ -1,0 +1,138 @@
+"""The prompt cache inside the scheduler: placements for the plans, and what admission and release do.
+
+Contract: `place` answers plan_step's question (which slot, how many prompt tokens kept) without changing
+anything. `admit` carries a placement out, between executor calls: the slot's old prefix goes to the host
+store when the new prompt does not repeat it (CACHE_EVICT; store entries pushed out by the cap too), a
+store hit is copied back (`restore_prefix`), the slot is prepared to keep `keep` positions, and the
+request starts with `tokens_read = cached_tokens = keep` (CACHE_HIT). `release` records what a leaving
+request's slot holds: a finished or cancelled request what it completely read or fed, a failed one
+nothing. A store that cannot take a copy (memory) evicts; a request never fails for the cache. Off when
+`prompt_cache_mib` is 0 or the executor has no `supports_prefix_cache`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Callable
+
+from ..config import SchedulerConfig
+from .prefix_cache import SLOT, STORE, Held, Placement, PrefixCache
+from .prefix_store import PrefixStore
+from .protocol import Executor
+from .request import Request
+from .slots import SlotTable
+
+MIB = 1 << 20
+
+
+class PromptCache:
+    def __init__(self, config: SchedulerConfig, executor: Executor, emit: Callable[..., None]):
+        self.executor, self.emit = executor, emit
+        self.mib = config.prompt_cache_mib
+        enabled = config.prompt_cache_mib > 0 and bool(getattr(executor, "supports_prefix_cache", False))
+        bytes_per_token = int(getattr(executor, "kv_bytes_per_token", 0) or 0)
+        store = PrefixStore(config.prompt_cache_mib * MIB, bytes_per_token) if enabled and bytes_per_token else None
+        # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (prefix_cache.py).
+        align = config.prefill_chunk if getattr(executor, "batch_invariant", False) else 1
+        self.cache = PrefixCache(num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens,
+                                 align=align) if enabled else None
+        self.slot_evictions = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.cache is not None
+
+    def _generation(self) -> int:
+        generation = getattr(self.executor, "kv_generation", None)
+        return int(generation()) if generation is not None else 0
+
+    # -- planning (pure) ---------------------------------------------------------------------------
+    def place(self, request: Request, slots: SlotTable) -> Placement | None:
+        """Where `request` would go now; None without a free slot."""
+        if self.cache is None:
+            slot = slots.choose()
+            return None if slot is None else Placement(slot)
+        cold = slots.choose(rank=self.cache.cold_rank)
+        if cold is None:
+            return None
+        return self.cache.place(request.prompt_ids, request.cache_salt, self._generation(), slots.free_slots(), cold)
+
+    # -- admission and release (the step thread, between executor calls) ---------------------------
+    def admit(self, request: Request, placement: Placement) -> int:
+        """Carry out the placement; returns the prompt tokens the request keeps."""
+        slot, cache = placement.slot, self.cache
+        if cache is None:
+            self.executor.prepare_slot(slot)
+            return 0
+        if placement.pushed_out is not None:
+            self._push_out(slot, placement.pushed_out)
+        if placement.source == STORE:
+            try:
+                self.executor.restore_prefix(placement.store_key, slot, placement.keep)
+            except Exception as exc:  # read it cold instead; the entry is suspect
+                warnings.warn(f"restore of prefix {placement.store_key} into slot {slot} failed: {exc!r}", RuntimeWarning)
+                self._drop(placement.store_key, "failed")
+                placement = dataclasses.replace(placement, keep=0, source=None, store_key=None)
+        cache.taken(placement)
+        self.executor.prepare_slot(slot, placement.keep)
+        request.tokens_read = request.cached_tokens = placement.keep
+        if placement.keep:
+            self.emit("CACHE_HIT", request, tokens=placement.keep, source=placement.source,
+                      prompt_tokens=request.prompt_tokens)
+        return placement.keep
+
+    def release(self, request: Request, slot: int) -> None:
+        if self.cache is None:
+            return
+        if request.finish_reason == "error":  # its KV is in an unknown state
+            self.cache.forget(slot)
+            return
+        valid = request.context_tokens  # prompt tokens completely read, then the fed outputs
+        tokens = (list(request.prompt_ids) + list(request.output_ids))[:valid]
+        self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation())
+
+    # -- the store ---------------------------------------------------------------------------------
+    def _push_out(self, slot: int, held: Held) -> None:
+        store, to = self.cache.store, "dropped"
+        if store is not None:
+            key, dropped, copy = store.add(held)
+            for old_key, old, reason in dropped:
+                self._dropped(old_key, old, reason)
+            if key is not None and copy:
+                try:
+                    self.executor.save_prefix(key, slot, held.exact)
+                    to = "store"
+                except Exception as exc:  # memory pressure: the store gives way, the request goes on
+                    warnings.warn(f"saving slot {slot}'s prefix to the host store failed: {exc!r}", RuntimeWarning)
+                    store.remove(key)
+                    oldest = store.evict_oldest()
+                    if oldest is not None:
+                        self._dropped(*oldest, "memory")
+            elif key is not None:
+                to = "store"  # an entry already holds it
+        self.slot_evictions += 1
+        self.emit("CACHE_EVICT", None, slot=slot, source=SLOT, tokens=len(held.tokens),
+                  bytes=held.exact * (store.bytes_per_token if store is not None else 0), to=to)
+
+    def _drop(self, key: int, reason: str) -> None:
+        held = self.cache.store.remove(key)
+        if held is not None:
+            self._dropped(key, held, reason)
+
+    def _dropped(self, key: int, held: Held, reason: str) -> None:
+        try:
+            self.executor.drop_prefix(key)
+        except Exception as exc:
+            warnings.warn(f"dropping stored prefix {key} failed: {exc!r}", RuntimeWarning)
+        self.emit("CACHE_EVICT", None, source=STORE, tokens=held.exact, bytes=self.cache.store.bytes_of(held),
+                  reason=reason)
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mib": self.mib, "slot_reuse": self.enabled,
+                               "store": self.cache is not None and self.cache.store is not None}
+        if self.cache is None:
+            return {**out, "hits": 0, "evictions": 0, "store_bytes": 0}
+        stats = self.cache.stats()
+        return {**out, **stats, "slot_evictions": self.slot_evictions,
+                "evictions": self.slot_evictions + stats["store_evictions"], "min_tokens": self.cache.min_tokens,
+                "align": self.cache.align, "bitwise": self.cache.align > 1}
