@@ -141,8 +141,8 @@ class DistPipeline:
             if mb.error is not None:
                 return
             parts = [WirePart.of(p) for p in mb.parts]
-            try:
-                self._sender.send(encode(Kind.WORK, seq, parts))
+            try:  # a prefix copy (the prompt cache) is a COPY frame, in order with the work
+                self._sender.send(encode(Kind.COPY, seq, data=mb.copy.to_text()) if mb.copy else encode(Kind.WORK, seq, parts))
             except RuntimeError as err:
                 self._fail(self._name(1, f"cannot be reached: {err}"), 1)
                 return
@@ -161,6 +161,8 @@ class DistPipeline:
             waiting.pop(0).frame = frame
 
     def _check(self, mb: MicroBatch) -> BaseException | None:
+        if mb.copy is not None and mb.copy.op == "restore":
+            self._slot_epoch[mb.copy.slot] = self.epoch  # a restored slot's KV is this generation's
         tokens = sum(p.positions.numel() for p in mb.parts)
         if tokens > self.max_tokens:
             return ValueError(f"a micro-batch of {tokens} token positions exceeds the stage frames' {self.max_tokens}")
@@ -227,11 +229,9 @@ class DistPipeline:
     def _failed_rank(self, wait_s: float) -> int | None:
         """A rank known to be gone or stopped; a killed process closes its links a moment before it can be reaped."""
         deadline = time.monotonic() + wait_s
-        while True:
-            rank = self.ranks.failed_rank()
-            if rank is not None or time.monotonic() >= deadline:
-                return rank
+        while (rank := self.ranks.failed_rank()) is None and time.monotonic() < deadline:
             time.sleep(0.02)
+        return rank
 
     def drain(self) -> list[MicroBatch]:
         return [self.get() for _ in range(self.in_flight)]

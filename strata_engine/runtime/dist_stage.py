@@ -24,6 +24,7 @@ import torch.distributed as dist
 from .dist_wire import Kind, WirePart, decode, encode, error_bytes
 from .invariance import apply_row_tile, invariance_holds
 from .pipeline import Part, StagePlan
+from .prefix_copies import HostPrefixes, PrefixCopy
 from .compiled_step import compiled_stage
 from .stage_forward import stage_forward
 
@@ -167,6 +168,7 @@ def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache, com
     buffers = [torch.empty(spec.capacity, dtype=torch.uint8) for _ in range(2)]
     current = 0
     receive = group.recv([buffers[current]], prev, DATA)
+    prefixes = HostPrefixes(cache)  # this rank's layers of the prompt cache's host store
     while True:
         try:
             receive.wait()
@@ -183,14 +185,20 @@ def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache, com
         raw = buffers[current][:frame.nbytes]
         current ^= 1
         receive = group.recv([buffers[current]], prev, DATA)  # the next frame arrives while this one computes
-        out = _compute(spec, model, cache, compiled, frame, raw)
+        out = _compute(spec, model, cache, compiled, frame, raw, prefixes)
         try:
             sender.send(out)
         except RuntimeError:
             return 3  # the next rank is gone: the ranks after it, or the head, will name it
 
 
-def _compute(spec: StageSpec, model, cache, compiled, frame, raw: torch.Tensor) -> torch.Tensor:
+def _compute(spec: StageSpec, model, cache, compiled, frame, raw: torch.Tensor, prefixes: HostPrefixes) -> torch.Tensor:
+    if frame.kind == Kind.COPY:  # this rank's layers, then on to the next rank (the last one tells the head)
+        try:
+            prefixes.apply(PrefixCopy.from_text(frame.data))
+        except Exception as exc:  # out of memory, or a key lost with a restart: the head's store gives way
+            return encode(Kind.ERROR, frame.seq, data=error_bytes(exc, spec.index))
+        return raw.clone()
     if frame.kind != Kind.WORK:  # ERROR / SKIP pass through untouched
         return raw.clone()
     t0 = time.perf_counter()

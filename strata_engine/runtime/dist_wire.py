@@ -8,7 +8,7 @@ times in µs, then per part its flat tokens and positions [N], and its rows' slo
 is ragged: prompt chunks and decode rows back to back, runtime/pipeline.Part), then the payload: each
 part's hidden states [padded tokens, D] (between stages) or its logits [R, V] float32 (last stage to
 head); 0 payload rows = none. Control frames
-(ready, failed, fault, shutdown, spec) carry UTF-8 text or a pickled exception as their payload.
+(ready, failed, fault, shutdown, spec, copy) carry UTF-8 text or a pickled exception as their payload.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ class Kind(enum.IntEnum):
     READY = 6  # stage rank -> head: built (text: pid and device)
     FAILED = 7  # stage rank -> head: could not build (text: why)
     FAULT = 8  # a stage lost a neighbour: text names the rank, forwarded to the head, then the stage exits
+    COPY = 9  # the prompt cache: each rank saves, restores or drops its layers' prefix (text: runtime/prefix_copies.py)
 
 
 @dataclass

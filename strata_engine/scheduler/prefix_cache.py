@@ -98,15 +98,18 @@ class PrefixCache:
         if self.store is not None:
             key, from_store = self.store.best(lambda held: self.usable(held, prompt, salt, generation))
         if best_slot is not None and best >= from_store:
-            return Placement(best_slot, best, SLOT, pushed_out=self._lost(best_slot, prompt))
+            return Placement(best_slot, best, SLOT, pushed_out=self._lost(best_slot, prompt, salt, generation))
         if key is not None:
-            return Placement(cold_slot, from_store, STORE, key, pushed_out=self._lost(cold_slot, prompt))
-        return Placement(cold_slot, pushed_out=self._lost(cold_slot, prompt))
+            return Placement(cold_slot, from_store, STORE, key, pushed_out=self._lost(cold_slot, prompt, salt, generation))
+        return Placement(cold_slot, pushed_out=self._lost(cold_slot, prompt, salt, generation))
 
-    def _lost(self, slot: int, prompt: Sequence[int]) -> Held | None:
-        """What the slot holds beyond what the new prompt repeats (None: nothing is lost)."""
+    def _lost(self, slot: int, prompt: Sequence[int], salt: str | None, generation: int) -> Held | None:
+        """What the slot holds that the new request will not hold after it (None: nothing is lost): all of
+        it under another salt, else what lies beyond the prompt's repeat of it; void KV is no loss."""
         held = self._held[slot]
-        if held is None or common_prefix(held.tokens, prompt) >= len(held.tokens):
+        if held is None or held.generation != generation:
+            return None
+        if held.salt == salt and common_prefix(held.tokens, prompt) >= len(held.tokens):
             return None
         return held
 
