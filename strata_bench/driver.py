@@ -3,11 +3,14 @@
 Timeline (seconds of the scenario, divided by `time_scale` on the wall clock): streams are sent at the
 start, asking for as many tokens as the server's context leaves (their `max_tokens` where it does not say),
 so they decode however fast the engine is; the anchor is when every stream has its first token (or has
-ended), plus `settle_s`; each joiner is sent `at_s` after the anchor; the streams are closed `stream_tail_s`
-(default `settle_s`) after the last joiner's first token. A run in which a stream stopped decoding before
+ended), plus `settle_s`; each joiner is sent `at_s` after the anchor; a stream is closed once `settle_s`
+has passed after the last joiner's first token **and** it has its scenario `max_tokens` (the spec's work
+on a slow engine, the whole join on a fast one); with `stream_tail_s` set, `stream_tail_s` after that
+first token whatever their length. A run in which a stream stopped decoding before
 that moment measured no join: its status is `missed`, with the reason (`missed_join`), and the report
 leaves it out of the medians. The run ends early, marked failed, if the engine process exits or
-`run_timeout_s` passes; whatever was measured until then stays in the dict.
+`run_timeout_s` passes; whatever was measured until then stays in the dict. A scenario of agent sessions
+(chains of dependent requests) is driven by sessions.py instead, with the same probes, feed and records.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from .engines.result import StreamResult
 from .engines.stream import stream_completion
 from .prompts import prompt_digest, prompt_seed, sized_text_prompt, token_prompt
 from .scenarios import RequestSpec, Scenario
+from .sessions import SessionRun, SessionsDontFit, missed_session_join, session_fields
 
 
 class RunFailed(RuntimeError):
@@ -48,24 +52,37 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
     run["server"] = info.to_dict()
     run["prompt_mode"] = info.prompt_mode
     since = next_index(url) if info.family.events else None
+    sessions: SessionRun | None = None
     try:
-        requests = _requests(url, ctx, info, run["warnings"])
-        results = [StreamResult(name=s.name, role=s.role, request_id=f"{ctx.run_id}-{s.name}", prompt_tokens=length,
-                                prompt_sha256=digest, max_tokens=max_tokens)
-                   for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)]
-        origin = time.perf_counter()
-        await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code, ctx.run_timeout_s)
+        if ctx.scenario.sessions:
+            sessions = SessionRun(url, ctx.scenario, info, ctx.prompt_key, ctx.run_id, ctx.time_scale, run["warnings"])
+            results = sessions.results
+            origin = time.perf_counter()
+            await _race(sessions.run(), exit_code, ctx.run_timeout_s)
+        else:
+            requests = _requests(url, ctx, info, run["warnings"])
+            results = [StreamResult(name=s.name, role=s.role, request_id=f"{ctx.run_id}-{s.name}", prompt_tokens=length,
+                                    prompt_sha256=digest, max_tokens=max_tokens)
+                       for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)]
+            origin = time.perf_counter()
+            await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code,
+                        ctx.run_timeout_s)
         run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
         missed = missed_join(results)
         if run["status"] == "ok" and missed:
             run["status"], run["missed_join"] = "missed", missed
-    except RunFailed as exc:
+    except (RunFailed, SessionsDontFit) as exc:
         run["status"], run["failure"] = "failed", str(exc)
     if since is not None and exit_code() is None:
         fetched = fetch_events(url, since)
         run["engine_events"] = fetched[0] if fetched else None
     run["warnings"] += _serialised(results)
     run["requests"] = [r.to_dict(origin) for r in results]
+    if sessions is not None:
+        session_fields(run["requests"], sessions.fields)
+        missed = missed_session_join(run["requests"]) if run["status"] == "ok" else None
+        if missed:
+            run["status"], run["missed_join"] = "missed", missed
     run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
     return run
 
@@ -164,13 +181,17 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
                     run: dict[str, Any]) -> None:
     scenario, wall = ctx.scenario, 1.0 / ctx.time_scale
     first_token = {r.name: asyncio.Event() for r in results}
+    # A stream's scenario length: the least it decodes (it asked for the context's room, see _fit).
+    at_length = {r.name: asyncio.Event() for r in results}
 
     family = info.family
 
-    def mark(result: StreamResult) -> Callable[[Any, float], None]:
+    def mark(result: StreamResult, length: int) -> Callable[[Any, float], None]:
         def on_event(_payload: Any, _arrived: float) -> None:
             if result.first_token_at is not None:
                 first_token[result.name].set()
+            if len(result.times) >= length:
+                at_length[result.name].set()
         return on_event
 
     async def send(i: int, delay_s: float) -> None:
@@ -179,7 +200,7 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
         headers = family.headers(results[i].request_id)
         try:
             await stream_completion(url, bodies[i], results[i], path=family.endpoint, wire=family.wire,
-                                    headers=headers, on_event=mark(results[i]))
+                                    headers=headers, on_event=mark(results[i], scenario.requests[i].max_tokens))
         finally:
             first_token[results[i].name].set()  # an ended request no longer holds anyone up
 
@@ -201,6 +222,9 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
         if streams and joiners:
             tail = scenario.stream_tail_s if scenario.stream_tail_s is not None else scenario.settle_s
             await asyncio.sleep(tail * wall)
+            if scenario.stream_tail_s is None:  # each stream also decodes its scenario length, then closes
+                await asyncio.gather(*(_close_at(task, at_length[results[i].name])
+                                       for i, task in zip(stream_idx, streams)))
             for task in streams:
                 task.cancel()
         await asyncio.gather(*joiners, *streams, return_exceptions=True)
@@ -209,3 +233,13 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
         for task in (*streams, *joiners):
             task.cancel()
         await asyncio.gather(*streams, *joiners, return_exceptions=True)
+
+
+async def _close_at(task: asyncio.Task[None], reached: asyncio.Event) -> None:
+    """Cancel a stream once it has `reached` its length (at once if it has), unless it ended first."""
+    waiter = asyncio.ensure_future(reached.wait())
+    try:
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    task.cancel()

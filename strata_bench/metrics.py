@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .session_metrics import DEFINITIONS as SESSION_DEFINITIONS, session_metrics, session_specs
+
 DEFAULT_PAUSE_THRESHOLD_S = 0.5
 EVENT_COUNTS = (("pieces", "PIECE", "read pieces"), ("lead_ins", "LEADIN", "lead-ins"),
                 ("give_ways", "YIELDED", "give-ways"), ("stops", "BSTOP", "stopped reads"))
@@ -47,6 +49,7 @@ DEFINITIONS = {
                          "last token), AIPerf's and vLLM's output throughput",
     "itl_ms": "inter-token latency (pooled gaps): percentiles of every gap between the streams' tokens after the "
               "anchor, pooled (vLLM's ITL); not AIPerf's ITL, a per-request average",
+    **SESSION_DEFINITIONS,
 }
 
 
@@ -57,6 +60,9 @@ def metric_specs(scenario: dict[str, Any], has_events: bool,
     requests = scenario["requests"]
     has_streams = any(r["role"] == "stream" for r in requests)
     specs: list[MetricSpec] = []
+    if any(r["role"] == "session" for r in requests):  # agent sessions: their own rows (session_metrics.py)
+        specs = [MetricSpec(*row) for row in session_specs(scenario)]
+        return specs + ([MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS] if has_events else [])
     if has_streams:
         specs += [
             MetricSpec("longest_pause_s", "longest pause of a stream", "s", "lower"),
@@ -128,6 +134,8 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
     streams = [r for r in requests if r["role"] == "stream"]
     joiners = [r for r in requests if r["role"] == "joiner"]
     out: dict[str, float | None] = {}
+    if any(r["role"] == "session" for r in requests):
+        out.update(session_metrics(requests, scale))
 
     since = run.get("anchor_at") if streams else None
     if streams:

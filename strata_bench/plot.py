@@ -21,10 +21,26 @@ from .results import ResultsDir  # noqa: E402
 _JOINER_COLOURS = ("#f4a261", "#2a9d8f", "#8d99ae", "#e9c46a", "#a8dadc")
 
 
+def _session_rows(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Agent sessions drawn one row each (every turn's tokens), a joining session as a joiner whose read is its
+    first turn's; the gaps between turns include the agent's think time. Other runs' requests as they are."""
+    if not any(r["role"] == "session" for r in requests):
+        return requests
+    rows: dict[str, dict[str, Any]] = {}
+    for r in requests:
+        row = rows.setdefault(r.get("session") or r["name"], {
+            "name": r.get("session") or r["name"], "role": "joiner" if r.get("joined") else "stream",
+            "sent_at": r.get("sent_at"), "first_token_at": r.get("first_token_at"), "token_times": [],
+            "ended_by": "finished"})
+        row["token_times"] = sorted(row["token_times"] + list(r.get("token_times") or []))
+        row["ended_at"], row["error"] = r.get("ended_at"), row.get("error") or r.get("error")
+    return list(rows.values())
+
+
 def draw_run(ax: Any, run: dict[str, Any], threshold_s: float) -> None:
     """One run's timeline on `ax`; x in the scenario's seconds (wall seconds x time_scale)."""
     scale = float(run.get("time_scale") or 1.0)
-    requests = run.get("requests") or []
+    requests = _session_rows(run.get("requests") or [])
     rows = [r for r in requests if r["role"] == "stream"] + [r for r in requests if r["role"] == "joiner"]
     anchor = run.get("anchor_at") if any(r["role"] == "stream" for r in requests) else None
     if anchor is not None:

@@ -8,6 +8,12 @@ a run where that did not happen is `missed` (driver.py). Every other request (a 
 seconds after the anchor: the moment every stream has its first token, plus `settle_s` (the run's start
 when there are no streams). `scaled(scale)` multiplies every length and delay (prompt lengths, streams' decode lengths,
 `at_s`, `settle_s`, `stream_tail_s`); a joiner's `max_tokens` stays, it only needs its first tokens.
+
+A `session` is an agent: `turns` dependent requests, each the previous prompt + its answer + a new tool result
+of `tool_tokens`, `think_s` apart; every session's first prompt starts with the scenario's shared
+`system_tokens`, then `prompt_tokens` of its own. A session with `after_turns: K` joins when every session
+without it has had K answers (plus `at_s`); the others start with the run. Scaled: system, context and tool
+lengths, `think_s`, `at_s`; a turn's answer length (`max_tokens`) stays, like a joiner's. sessions.py drives them.
 """
 from __future__ import annotations
 
@@ -17,11 +23,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-ROLES = ("stream", "joiner")
+ROLES = ("stream", "joiner", "session")
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count"}
-_SCENARIO_KEYS = {"name", "description", "settle_s", "stream_tail_s", "requests"}
+_SESSION_KEYS = {"turns", "tool_tokens", "think_s", "after_turns"}
+_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count"} | _SESSION_KEYS
+_SCENARIO_KEYS = {"name", "description", "settle_s", "stream_tail_s", "system_tokens", "requests"}
 
 
 class ScenarioError(ValueError):
@@ -36,6 +43,10 @@ class RequestSpec:
     max_tokens: int
     at_s: float = 0.0  # joiners: seconds after the anchor; streams: always 0 (sent at the start)
     label: str = ""  # the report's wording, e.g. "the 64K prompt"
+    turns: int = 1  # sessions: requests in the chain
+    tool_tokens: int = 0  # sessions: the tool result each later turn adds
+    think_s: float = 0.0  # sessions: seconds from an answer to the next turn
+    after_turns: int | None = None  # sessions: join when every starting session has had this many answers
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -50,6 +61,18 @@ class RequestSpec:
             raise ScenarioError(f"request {self.name!r}: at_s must be a number >= 0, got {self.at_s!r}")
         if self.role == "stream" and self.at_s != 0:
             raise ScenarioError(f"request {self.name!r}: streams start with the run; at_s is for joiners")
+        if self.role != "session":
+            if (self.turns, self.tool_tokens, self.think_s, self.after_turns) != (1, 0, 0.0, None):
+                raise ScenarioError(f"request {self.name!r}: turns, tool_tokens, think_s, after_turns are for sessions")
+            return
+        if not isinstance(self.turns, int) or self.turns < 1:
+            raise ScenarioError(f"request {self.name!r}: turns must be an integer >= 1, got {self.turns!r}")
+        if not isinstance(self.tool_tokens, int) or self.tool_tokens < (1 if self.turns > 1 else 0):
+            raise ScenarioError(f"request {self.name!r}: tool_tokens must be an integer >= 1, got {self.tool_tokens!r}")
+        if not isinstance(self.think_s, (int, float)) or self.think_s < 0:
+            raise ScenarioError(f"request {self.name!r}: think_s must be a number >= 0, got {self.think_s!r}")
+        if self.after_turns is not None and (not isinstance(self.after_turns, int) or self.after_turns < 0):
+            raise ScenarioError(f"request {self.name!r}: after_turns must be an integer >= 0, got {self.after_turns!r}")
 
     @property
     def display(self) -> str:
@@ -63,6 +86,7 @@ class Scenario:
     description: str = ""
     settle_s: float = 1.0
     stream_tail_s: float | None = None  # close streams this long after the last joiner's first token (None: settle_s)
+    system_tokens: int = 0  # sessions: the system prompt every session's first turn starts with
     scale: float = 1.0  # already applied to the lengths and delays below
     source: str = field(default="", compare=False)
 
@@ -82,6 +106,14 @@ class Scenario:
             raise ScenarioError(f"{where}: stream_tail_s must be >= 0 or null, got {self.stream_tail_s}")
         if self.scale <= 0:
             raise ScenarioError(f"{where}: scale must be > 0, got {self.scale}")
+        if self.sessions and len(self.sessions) != len(self.requests):
+            raise ScenarioError(f"{where}: a scenario of sessions has only sessions (a session is its own stream)")
+        if not isinstance(self.system_tokens, int) or self.system_tokens < 0:
+            raise ScenarioError(f"{where}: system_tokens must be an integer >= 0, got {self.system_tokens!r}")
+        if self.system_tokens and not self.sessions:
+            raise ScenarioError(f"{where}: system_tokens is for scenarios of sessions")
+        if self.sessions and all(r.after_turns is not None for r in self.sessions):
+            raise ScenarioError(f"{where}: every session waits for others (after_turns): none starts the run")
 
     @property
     def streams(self) -> tuple[RequestSpec, ...]:
@@ -90,6 +122,10 @@ class Scenario:
     @property
     def joiners(self) -> tuple[RequestSpec, ...]:
         return tuple(r for r in self.requests if r.role == "joiner")
+
+    @property
+    def sessions(self) -> tuple[RequestSpec, ...]:
+        return tuple(r for r in self.requests if r.role == "session")
 
     def scaled(self, scale: float) -> "Scenario":
         """Every length and delay times `scale` (token counts rounded, at least 1), joiners' max_tokens kept."""
@@ -101,17 +137,22 @@ class Scenario:
 
         requests = tuple(
             replace(r, prompt_tokens=tokens(r.prompt_tokens), at_s=r.at_s * scale,
-                    max_tokens=tokens(r.max_tokens) if r.role == "stream" else r.max_tokens)
+                    max_tokens=tokens(r.max_tokens) if r.role == "stream" else r.max_tokens,
+                    tool_tokens=tokens(r.tool_tokens) if r.tool_tokens else 0, think_s=r.think_s * scale)
             for r in self.requests
         )
         tail = None if self.stream_tail_s is None else self.stream_tail_s * scale
         return replace(self, requests=requests, settle_s=self.settle_s * scale, stream_tail_s=tail,
-                       scale=self.scale * scale)
+                       scale=self.scale * scale, system_tokens=tokens(self.system_tokens) if self.system_tokens else 0)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("source")
-        out["requests"] = [asdict(r) for r in self.requests]
+        # session fields only where they mean something, so other scenarios' JSON is as it was
+        out["requests"] = [{k: v for k, v in asdict(r).items() if r.role == "session" or k not in _SESSION_KEYS}
+                           for r in self.requests]
+        if not self.system_tokens:
+            out.pop("system_tokens")
         return out
 
     @classmethod
@@ -136,6 +177,7 @@ class Scenario:
                 description=data.get("description", ""),
                 settle_s=float(data.get("settle_s", 1.0)),
                 stream_tail_s=None if data.get("stream_tail_s") is None else float(data["stream_tail_s"]),
+                system_tokens=data.get("system_tokens", 0),
                 scale=float(data.get("scale", 1.0)),
                 source=source,
             )

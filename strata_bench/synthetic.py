@@ -6,7 +6,7 @@ stops them per `--piece-tokens` then lets them decode `--piece-decode-ms`, `--mo
 Tokens are a function of the prompt (greedy-like: the same prompt, the same tokens). It can fail requests,
 stall, die mid-run or never get healthy, so every bad path of the bench is testable without an engine.
 Each event carries `synthetic_t` (its perf_counter send time) for measuring the client's own error.
-Run: python -m strata_bench.synthetic --port 8000 [flags]; see --help.
+Run: python -m strata_bench.synthetic --port 8000 [flags] (--prompt-cache-tokens N: a prefix cache); see --help.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
+
+from .synthetic_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class SyntheticConfig:
     owned_by: str = "strata"  # GET /v1/models' owned_by ("me" plays llama-cpp-python, "vllm" vLLM)
     uuid_request_ids: bool = False  # a non-UUID X-Request-Id gets HTTP 400 with an empty message
     end_early_after: int = 0  # k > 0: the stream ends with [DONE] after k tokens, no finish_reason
+    prompt_cache_tokens: int = 0  # > 0: a prefix cache of this many tokens (0: every read cold, no cached_tokens)
 
     def __post_init__(self) -> None:
         if self.mode not in ("release", "pieces", "free"):
@@ -65,6 +68,7 @@ class SyntheticEngine:
         self._decode_open = asyncio.Event()
         self._decode_open.set()
         self._dying = False
+        self.cache = PrefixCache(config.prompt_cache_tokens)
 
     def event(self, kind: str, request_id: str, **fields: Any) -> None:
         self.events.append({"index": len(self.events), "kind": kind, "t": time.monotonic(), "slot": None,
@@ -105,7 +109,8 @@ class SyntheticEngine:
         digest = hashlib.sha256(json.dumps(prompt).encode()).digest()
         perturbed = bool(cfg.perturb_match) and cfg.perturb_match in request_id
         failing = bool(cfg.fail_match) and cfg.fail_match in request_id
-        await self.read(request_id, prompt_tokens)
+        hit = self.cache.lookup(prompt)
+        await self.read(request_id, prompt_tokens - hit.cached_tokens)
         sent, next_at = 0, time.perf_counter()
         while sent < max_tokens:
             if cfg.end_early_after and sent >= cfg.end_early_after:
@@ -132,8 +137,9 @@ class SyntheticEngine:
             yield _sse({"id": f"cmpl-{request_id}", "object": "text_completion", "model": "synthetic",
                         "choices": [choice], "synthetic_t": time.perf_counter()})
         yield _sse({"id": f"cmpl-{request_id}", "object": "text_completion", "choices": [],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                              "total_tokens": prompt_tokens + sent}})
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent,
+                              **({"prompt_tokens_details": {"cached_tokens": hit.cached_tokens}} if self.cache.enabled else {})}})
+        self.cache.keep(prompt)
         yield b"data: [DONE]\n\n"
 
     def _maybe_die(self) -> None:
@@ -234,6 +240,7 @@ _HELP = {
     "owned_by": "GET /v1/models' owned_by (me: llama-cpp-python, vllm, sglang)",
     "uuid_request_ids": "a non-UUID X-Request-Id gets HTTP 400 with an empty message (llama-cpp-python)",
     "end_early_after": "k > 0: streams end with [DONE] after k tokens and no finish_reason",
+    "prompt_cache_tokens": "> 0: a prefix cache of this many tokens (hits read only the rest; usage says cached_tokens)",
 }
 
 

@@ -44,8 +44,9 @@ class PrefixCache:
     def held_tokens(self) -> int:
         return sum(len(prompt) for _, prompt in self._entries)
 
-    def lookup(self, prompt: Sequence[int], salt: Hashable = None) -> Hit:
-        if not self.enabled or len(prompt) < 2:
+    def lookup(self, prompt: Sequence[int] | str, salt: Hashable = None) -> Hit:
+        """The longest kept prefix of a token-id prompt (a text prompt is never cached)."""
+        if not self.enabled or not isinstance(prompt, list) or len(prompt) < 2:
             return Hit(0)
         best, best_key, rank = 0, None, 0
         for position, key in enumerate(reversed(self._entries)):
@@ -63,9 +64,9 @@ class PrefixCache:
             return Hit(best + 1, source, dropped=best)
         return Hit(best, source)
 
-    def keep(self, prompt: Sequence[int], salt: Hashable = None) -> list[int]:
-        """Keep a finished prompt; returns the lengths of the entries evicted to make room."""
-        if not self.enabled:
+    def keep(self, prompt: Sequence[int] | str, salt: Hashable = None) -> list[int]:
+        """Keep a finished token-id prompt; returns the lengths of the entries evicted to make room."""
+        if not self.enabled or not isinstance(prompt, list):
             return []
         key = (salt, tuple(prompt))
         self._entries.pop(key, None)

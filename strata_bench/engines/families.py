@@ -33,6 +33,7 @@ class Family:
     tokenize: str | None = None  # POST path that counts a text's tokens
     cold: dict[str, Any] = field(default_factory=dict)  # body fields that keep a request off the prefix cache
     cold_salt: str | None = None  # a body field whose fresh random value per request does the same (vLLM)
+    warm: dict[str, Any] = field(default_factory=dict)  # body fields that let its prefix cache serve a request
     events: bool = False  # Strata's GET /v1/events
 
     def headers(self, readable_id: str) -> dict[str, str]:
@@ -48,8 +49,9 @@ class Family:
         return self.headers(readable_id).get("X-Request-Id")
 
     def request_body(self, prompt: list[int] | str, max_tokens: int, *, model: str | None = None,
-                     logprobs: int | None = None, cold: bool = False) -> dict[str, Any]:
-        """A streaming greedy completion body in this family's words."""
+                     logprobs: int | None = None, cold: bool = False, warm: bool = False) -> dict[str, Any]:
+        """A streaming greedy completion body in this family's words; `cold` keeps it off the server's prefix
+        cache, `warm` asks for the cache where the family needs asking (agent sessions)."""
         if isinstance(prompt, list) and not self.ids_in:
             raise ValueError(f"{self.label} takes text prompts, not token ids")
         if self.wire == LLAMA_CPP_WIRE:
@@ -66,6 +68,8 @@ class Family:
                 body["model"] = model
         if self.ids_out:
             body[self.ids_out] = True
+        if warm:
+            body.update(self.warm)
         if cold:
             body.update(self.cold)
             if self.cold_salt:
@@ -95,7 +99,8 @@ STRATA = Family("strata", "Strata", ids_in=True, ids_out="return_token_ids", req
                 greedy=dict(_NEUTRAL_OPENAI), extras={"ignore_eos": True}, events=True)
 LLAMA_CPP = Family("llama.cpp", "llama.cpp llama-server", endpoint="/completion", wire=LLAMA_CPP_WIRE, ids_in=True,
                    ids_out="return_tokens", request_ids="none", greedy=dict(_NEUTRAL_LLAMA),
-                   extras={"ignore_eos": True}, tokenize="/tokenize", cold={"cache_prompt": False})
+                   extras={"ignore_eos": True}, tokenize="/tokenize", cold={"cache_prompt": False},
+                   warm={"cache_prompt": True})
 # Its completion `prompt` is a string or a list of strings (no token ids); its tokenizer is /extras/tokenize.
 LLAMA_CPP_PYTHON = Family("llama-cpp-python", "llama-cpp-python server", ids_in=False, request_ids="uuid",
                           greedy={**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0},
