@@ -1,10 +1,12 @@
 """Scenarios: which requests a run sends and when, as data (strata_bench/scenarios/*.json or any path).
 
-Streams are sent at the run's start and, when the scenario has joiners, decode until `stream_tail_s`
-(default: `settle_s`) after the last joiner's first token, however fast the engine: they ask for all the
-room the server's context leaves, and `max_tokens` is only their length on a server that does not say its
-context (or in a scenario without joiners). So every arm sees the joiners arrive while streams decode;
-a run where that did not happen is `missed` (driver.py). Every other request (a joiner) is sent `at_s`
+Streams are sent at the run's start and, when the scenario has joiners, decode at least their `max_tokens`
+and at least until `settle_s` after the last joiner's first token, however fast the engine: they ask for
+all the room the server's context leaves and the driver closes them when both hold (with `stream_tail_s`
+set: that long after the last joiner's first token, whatever their length). `max_tokens` caps them only on
+a server that does not say its context (or in a scenario without joiners). So every arm sees the joiners
+arrive while streams decode, and a slow engine still does the scenario's work; a run where the join was
+missed is `missed` (driver.py). Every other request (a joiner) is sent `at_s`
 seconds after the anchor: the moment every stream has its first token, plus `settle_s` (the run's start
 when there are no streams). `scaled(scale)` multiplies every length and delay (prompt lengths, streams' decode lengths,
 `at_s`, `settle_s`, `stream_tail_s`); a joiner's `max_tokens` stays, it only needs its first tokens.

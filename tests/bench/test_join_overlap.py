@@ -1,6 +1,8 @@
 """The streams decode until the joiners have arrived, on any engine: they ask for the context's room and
-are closed `stream_tail_s` (default settle_s) after the last joiner's first token. A run in which a stream
-ended before that measured no join: its status is `missed`, the report says so and leaves it out."""
+are closed once settle_s has passed after the last joiner's first token and they have their scenario
+length (`stream_tail_s`, when set, closes them at that time whatever their length). A run in which a
+stream ended before the join measured none of it: its status is `missed`, the report says so and leaves
+it out."""
 from __future__ import annotations
 
 import json
@@ -67,6 +69,16 @@ def test_streams_keep_decoding_past_their_max_tokens_until_the_joiners_arrive(tm
             # closed settle_s after the last joiner's first token (not much later)
             assert stream["ended_at"] - last_first >= 0.09
     assert "missed" not in r.stdout
+
+
+def test_streams_still_decode_their_scenario_length_when_the_join_is_over_first(tmp_path, synthetic):
+    # 5 ms a token: 300 tokens take 1.5 s, the joiners are answered within about 0.5 s.
+    long = {**SCENARIO, "requests": [{**SCENARIO["requests"][0], "max_tokens": 300}, *SCENARIO["requests"][1:]]}
+    r, runs = _run(tmp_path, synthetic, "--itl-ms", "5", scenario=long)
+    assert r.returncode == 0 and [run["status"] for run in runs] == ["ok", "ok"], r.stdout + r.stderr
+    for run in runs:
+        for stream in (q for q in run["requests"] if q["name"].startswith("stream")):
+            assert stream["ended_by"] == "cancelled" and 300 <= stream["tokens"] <= 302, stream["tokens"]
 
 
 def test_a_run_whose_streams_end_before_the_joiners_is_missed_and_left_out(tmp_path, synthetic):
