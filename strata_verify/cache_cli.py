@@ -7,6 +7,7 @@ import click
 
 from strata_verify.behaviours import parse_lacks
 from strata_verify.cache import run_cache
+from strata_verify.cache_steps import cache_label
 from strata_verify.cache_plan import CACHE_BEHAVIOURS, CachePlan, CacheOptions
 from strata_verify.cli_common import finish, gate_failed, output_options, progress, target
 from strata_verify.client import GateError
@@ -62,7 +63,7 @@ def cache(engine, url, scale, sessions, turns, evict_sessions, evict_mib, tokens
         report.meta["server"] = run.info.get("family", "?")
         report.meta["cold reads"] = run.cold_how
         if run.cache_info is not None:
-            report.meta["prompt cache"] = run.cache_info
+            report.meta["prompt cache"] = cache_label(run.cache_info)
     except GateError as exc:
         gate_failed(report, exc)
     report.meta["seconds"] = round(time.monotonic() - started, 1)

@@ -85,6 +85,14 @@ def _equal(name: str, turns: list[Turn]) -> Step:
     return Step(CHECK, name, PASS, f"{len(turns)} requests, {tokens} tokens equal to their cold reads", (names,))
 
 
+def cache_label(info) -> str:
+    """GET /v1/engine's prompt_cache in short: its settings, not its live counters."""
+    if not isinstance(info, dict):
+        return "not reported" if info is None else str(info)
+    keys = ("mib", "tokens", "store", "min_tokens", "align", "bitwise")
+    return ", ".join(f"{k} {info[k]}" for k in keys if k in info) or str(info)
+
+
 def _at(tokens: list[int], index: int):
     return tokens[index] if 0 <= index < len(tokens) else "(none)"
 
@@ -93,7 +101,7 @@ def _eviction(run: CacheRun) -> Step:
     events = run.events.get("eviction")
     turns = run.of("eviction")
     sessions = len({t.session for t in turns})
-    evidence = [f"{sessions} sessions side by side, {len(turns)} requests; engine: {run.evict_cache_info or run.cache_info or 'says no prompt_cache'}"]
+    evidence = [f"{sessions} sessions side by side, {len(turns)} requests; engine's prompt cache: {cache_label(run.evict_cache_info or run.cache_info)}"]
     if events is None:
         return Step(CHECK, EVICTION, NOT_EXERCISED, "the server has no event feed (GET /v1/events): an eviction "
                     "cannot be shown from outside", tuple(evidence))

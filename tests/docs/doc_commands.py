@@ -131,6 +131,7 @@ LLAMA_SERVER = ("a llama-server session built by scripts/install_llama_cpp.sh (a
                 "background); tests/bench/test_llama_cpp.py and tests/verify/test_llama_cpp_verify.py run the same bench "
                 "and gate against a real llama-server")
 CI_GATE = "CI's own gate runs exactly this, after the tests (.ci/run)"
+VLLM_CACHE = "vLLM's server (minutes to start here); tests/verify/test_verify_cache_engines.py runs the same check on it"
 SEVERAL_HOSTS = ("several hosts at 10.0.0.1 with GPUs; tests/engine/test_dist_rendezvous.py runs the same env:// "
                  "rendezvous with separate commands (and torchrun) on one host")
 MINUTES = "a measurement that takes minutes at the size the docs report; its numbers sit beside it"
@@ -234,4 +235,11 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-verify determinism --engine 'strata-engine serve' --against strata_verify/golden/reference-cpu.json --junit runs/verify/determinism.xml": Skip(CI_GATE),
     "strata-verify determinism --engine 'strata-engine serve' --save manifest-v0.1.0-cpu.json": Run(),
     "strata-verify interleave --scale 0.05 --engine 'python tests/verify/fault_proxy.py --mode perturb --request C --index 3 -- strata-engine serve --split 2 --batch 4 --batch-groups 2'": Run(exit_code=1),
+    "strata-verify cache": Run(timeout=900),
+    ".venv/bin/strata-verify cache --junit runs/verify/cache.xml": Skip(CI_GATE),
+    "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
+    'strata-verify cache --scale 0.5 --lacks events --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(VLLM_CACHE),
+    # docs/BENCH.md, agent sessions
+    ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm nocache='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192 --prompt-cache 0'":
+        Run(rewrite=((r"--repeat 2", "--repeat 1"), (r"--scale 0\.125", "--scale 0.0625")), timeout=900),
 }
