@@ -45,6 +45,7 @@ class SyntheticConfig:
     perturb_from: int = 0  # ...from this token index on
     die_after_s: float = 0.0  # exit(3) this long after the first completion request
     health_delay_s: float = 0.0  # /health answers 503 this long after start
+    hold_while: str = ""  # a path: /health answers 503 while it exists (a test holds a run at a known point)
     owned_by: str = "strata"  # GET /v1/models' owned_by ("me" plays llama-cpp-python, "vllm" vLLM)
     uuid_request_ids: bool = False  # a non-UUID X-Request-Id gets HTTP 400 with an empty message
     end_early_after: int = 0  # k > 0: the stream ends with [DONE] after k tokens, no finish_reason
@@ -171,7 +172,7 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
                                        "code": None}}, status_code=status)
 
     async def health(_: Request) -> JSONResponse:
-        if time.monotonic() - engine.started < config.health_delay_s:
+        if time.monotonic() - engine.started < config.health_delay_s or (config.hold_while and os.path.exists(config.hold_while)):
             return JSONResponse({"status": "loading"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
@@ -231,12 +232,11 @@ _HELP = {
     "piece_tokens": "pieces mode: tokens per piece", "piece_decode_ms": "pieces mode: decode time between pieces",
     "vocab_size": "token ids are below this", "ctx": "context reported by /v1/engine and /v1/models",
     "batch": "slots reported by /v1/engine", "token_ids": "false: a plain OpenAI server (text only, no /v1/engine)",
-    "fail_match": "requests whose X-Request-Id contains this fail",
-    "fail_after_tokens": "0: HTTP 500 up front; k: an error event after k tokens",
+    "fail_match": "requests whose X-Request-Id contains this fail", "fail_after_tokens": "0: HTTP 500 up front; k: an error event after k tokens",
     "stall_after_tokens": "every request pauses once after this many tokens", "stall_s": "for this long",
     "perturb_match": "requests whose X-Request-Id contains this get other tokens", "perturb_from": "from this index",
     "die_after_s": "exit(3) this long after the first completion request",
-    "health_delay_s": "/health answers 503 for this long after start",
+    "health_delay_s": "/health answers 503 for this long after start", "hold_while": "a path: /health answers 503 while it exists",
     "owned_by": "GET /v1/models' owned_by (me: llama-cpp-python, vllm, sglang)",
     "uuid_request_ids": "a non-UUID X-Request-Id gets HTTP 400 with an empty message (llama-cpp-python)",
     "end_early_after": "k > 0: streams end with [DONE] after k tokens and no finish_reason",

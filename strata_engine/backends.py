@@ -84,7 +84,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, compile=config.compile)
     if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
-        pipeline.batch_invariant = False
+        pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
                                    torch.tensor([], dtype=dtype).element_size())

@@ -197,8 +197,8 @@ class EngineConfig:
         auto picks"): ranks where stages can overlap, that is 2 or more stages and 2 or more batch groups,
         every stage on the CPU and a core for each (there, in three runs, 2 groups of 4 decoded at 1.35-1.85x
         one group on ranks and 1.14-1.40x on threads, whose stages share the GIL); threads otherwise (one
-        group overlaps nothing, and a thread pipeline starts ~3 s sooner). CUDA stays on threads until the
-        NCCL path has been measured on a GPU."""
+        group overlaps nothing, and a thread pipeline starts ~3 s sooner). CUDA stays on threads: stage ranks
+        talk over gloo through host memory (docs/DISTRIBUTED.md), and there is no NCCL path."""
         if self.stage_workers != "auto":
             return self.stage_workers
         chosen = (os.environ if self.env is None else self.env).get(STAGE_WORKERS_ENV, "")
@@ -236,3 +236,15 @@ def host_memory_available() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+# MKL's conditional numerical reproducibility: with it, a GEMM's bits do not depend on the thread count, so
+# one engine layout gives the bits of another (runtime/thread_probe.py measures it at start). Its cost on the
+# model's GEMMs was within the noise of default MKL here (docs/MODEL.md). MKL reads it at its first call, so it
+# is set when the package is imported, before any GEMM; a user's own MKL_CBWR is kept.
+MKL_REPRODUCIBLE = "AUTO,STRICT"
+
+
+def pin_reproducible_math(env: "os._Environ[str] | dict[str, str]" = os.environ) -> str:
+    """Set MKL_CBWR unless the user set it; returns the value in force."""
+    return env.setdefault("MKL_CBWR", MKL_REPRODUCIBLE)

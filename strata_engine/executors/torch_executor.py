@@ -37,6 +37,11 @@ class TorchExecutor:
         """A row's logits are bitwise independent of the rows beside it (runtime/invariance.py)."""
         return bool(getattr(self.pipeline, "batch_invariant", False))
 
+    @property
+    def layout_invariant(self) -> bool:
+        """And the same bits in any other layout or thread count that claims it (runtime/thread_probe.py)."""
+        return bool(getattr(self.pipeline, "layout_invariant", False))
+
     def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
         # Attention reads only positions 0..a query's own, all written by this request or kept for it
         # (the prompt cache), so what lies past them is never seen: nothing to reset.

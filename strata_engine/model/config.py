@@ -3,7 +3,9 @@
 Four families are supported: llama (dense), mixtral, qwen2_moe (shared expert, q/k/v bias) and qwen3_moe
 (per-head q/k norm). `ModelConfig.from_hf` accepts the dict of a config.json as transformers 4.x or 5.x
 writes it and refuses, with a message naming the field, anything our forward would silently get wrong
-(rope scaling, sliding windows, biases we do not implement, an unknown architecture).
+(rope scaling, biases we do not implement, an unknown architecture, and a sliding window on llama or
+qwen2_moe). Sliding windows are implemented where every layer has one: mixtral's `sliding_window` and
+qwen3_moe's with `use_sliding_window` (the embedded model: 1,024 positions).
 """
 from __future__ import annotations
 

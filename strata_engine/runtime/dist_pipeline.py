@@ -72,7 +72,7 @@ class DistPipeline:
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
                                 str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile)
                       for p in self.stages]
-        self.batch_invariant = False  # until every stage rank's own probe says so (READY)
+        self.batch_invariant = self.layout_invariant = False  # until every stage rank's own probes say so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
         self.in_flight = self.epoch = self._seq = 0
@@ -104,7 +104,7 @@ class DistPipeline:
         for rank, spec in enumerate(self.specs, start=1):
             group.send([encode(Kind.SPEC, rank, data=spec.to_json())], rank, CONTROL).wait()
         timeout = datetime.timedelta(seconds=self.startup_timeout_s)
-        invariant, built = [], []
+        ready = []
         for rank in range(1, self.world_size):
             buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
             try:
@@ -112,13 +112,14 @@ class DistPipeline:
             except RuntimeError as err:
                 known = self._failed_rank(wait_s=2.0) == rank and self.ranks.describe(rank)
                 raise StageRankError(self._name(rank, f"did not start: {known or _reason(err)}")) from None
-            frame = decode(buffer)
-            if frame.kind != Kind.READY:
+            if (frame := decode(buffer)).kind != Kind.READY:
                 raise StageRankError(self._name(rank, f"failed to start: {frame.data.decode(errors='replace')}"))
-            invariant.append(frame.data.decode().endswith("invariant 1"))
-            built += [(int(g), float(s)) for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", frame.data.decode())]
-        self.batch_invariant = all(invariant)
-        self.compile_info = compile_info(built)  # the stage ranks' warm-ups, as their READY says
+            ready.append(frame.data.decode())
+        # each rank's probes (invariance.py, thread_probe.py) and compiled step, as its READY says
+        self.batch_invariant = all(line.endswith("invariant 1") for line in ready)
+        self.layout_invariant = self.batch_invariant and all(" layout 1 " in line for line in ready)
+        self.compile_info = compile_info([(int(g), float(s)) for line in ready
+                                          for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)])
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]
@@ -267,8 +268,7 @@ class DistPipeline:
 
     def link_bytes(self, rows: int) -> list[int]:
         """Bytes one decode micro-batch of `rows` rows puts on each link: head -> rank 1, rank i -> i+1, last -> head."""
-        spec = self.specs[0]
-        dtype = getattr(torch, spec.dtype)
+        dtype = getattr(torch, self.specs[0].dtype)
         ids, ones = torch.zeros(rows, dtype=torch.long), torch.ones(rows, dtype=torch.long)
 
         def frame(payload, times):

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from .dist_wire import Kind, WirePart, decode, encode, error_bytes
 from .invariance import apply_row_tile, invariance_holds
+from .thread_probe import stage_threads_agree
 from .pipeline import Part, StagePlan
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .compiled_step import compiled_stage
@@ -152,11 +153,14 @@ def serve_stage(store, rank: int, world_size: int, model_override: str | None = 
             torch.set_num_threads(spec.threads)
         model, cache, compiled = build_stage(spec)
         invariant = invariance_holds(model.config, spec.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
+        layout = invariant and not spec.compile and stage_threads_agree(
+            model, range(spec.layer_start, spec.layer_end), spec.row_tile, spec.threads, spec.device, spec.is_first,
+            spec.is_last, Part.ragged)
     except Exception as exc:
         group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
         return 2
     built = "" if compiled is None else f" graphs {compiled.graphs} compile_s {compiled.compile_s:.2f}"
-    ready = f"pid {os.getpid()} device {spec.device}{built} invariant {int(invariant)}"
+    ready = f"pid {os.getpid()} device {spec.device}{built} layout {int(layout)} invariant {int(invariant)}"
     group.send([encode(Kind.READY, rank, data=ready.encode())], 0, CONTROL).wait()
     with torch.inference_mode():
         return _serve(group, rank, world_size, spec, model, cache, compiled)

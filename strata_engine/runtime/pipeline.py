@@ -23,6 +23,7 @@ from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .compiled_step import compile_info, compiled_stage
 from ..model.kv_cache import KVCache
 from .prefix_copies import HostPrefixes, PrefixCopy
+from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
 
 
@@ -152,6 +153,11 @@ class Pipeline:
         devices = {plan.device for plan in stages}
         # what /v1/engine claims: every stage pads, and the GEMM probe passes at the stages' thread count
         self.batch_invariant = all(invariance_holds(model.config, d, dtype, self.row_tile, threads) for d in devices)
+        # and across layouts: no stage's bits move with its thread count (runtime/thread_probe.py); the compiled
+        # step's kernels differ from the eager forward's in the last bits, so a compiled engine does not claim it
+        self.layout_invariant = self.batch_invariant and not compile and all(
+            stage_threads_agree(model, plan.layers, self.row_tile, threads, plan.device, i == 0, i == len(stages) - 1, Part.ragged)
+            for i, plan in enumerate(stages))
         config = model.config
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]

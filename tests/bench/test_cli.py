@@ -92,9 +92,10 @@ def test_a_different_greedy_token_is_named(tmp_path, tiny_scenario):
 
 
 def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
-    out = tmp_path / "r"
-    args = ["run", "--arm", f"a={SYN}", "--arm", f"b={SYN}", "--scenarios", str(tiny_scenario), "--repeat", "2",
-            "--out", str(out), "--no-report"]
+    out, hold = tmp_path / "r", tmp_path / "hold"
+    hold.touch()  # arm b's engine is not healthy while this exists: the run waits there for the signal
+    args = ["run", "--arm", f"a={SYN}", "--arm", f"b={SYN} --hold-while {hold}", "--scenarios", str(tiny_scenario),
+            "--repeat", "2", "--out", str(out), "--no-report", "--health-timeout", "120"]
     proc = subprocess.Popen([BENCH, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("*.json")) and time.monotonic() < deadline:
@@ -104,7 +105,8 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
     assert proc.returncode == 130, err
     assert "--resume" in err
     saved = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
-    assert 1 <= len(saved) < 4
+    assert len(saved) == 1, sorted(saved)  # a's first run; b's was held until the signal
+    hold.unlink()
 
     again = bench(*args)
     assert again.returncode == 2 and "already holds a bench" in again.stderr

@@ -13,7 +13,8 @@ def test_scale_one_is_the_spec():
     lengths = plan.prompt_lengths()
     assert lengths["C"] == lengths["D"] == 40_000
     assert 2 * lengths["E"] < lengths["D"]  # E may take over D's read
-    assert "--ctx" in default_engine_command(1.0)  # the engine's default 4K context would not hold C
+    for scale in (0.05, 1.0):  # the context C's prompt needs, asked for, never the engine's memory-sized default
+        assert f"--ctx {(InterleavePlan(scale=scale).needed_ctx() + 1024) // 1024 * 1024}" in default_engine_command(scale)
 
 
 @pytest.mark.parametrize("scale,piece,pieces_of_c", [(0.05, 512, 4), (0.1, 1536, 3), (1.0, 16_384, 3)])
