@@ -242,4 +242,7 @@ CHECKS: dict[str, object] = {
     # docs/BENCH.md, agent sessions
     ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm nocache='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192 --prompt-cache 0'":
         Run(rewrite=((r"--repeat 2", "--repeat 1"), (r"--scale 0\.125", "--scale 0.0625")), timeout=900),
+    # docs/BATCHING.md
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm --arm strata=\'env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192\' --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
 }
