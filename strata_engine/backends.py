@@ -101,8 +101,8 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
 
 def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config):
-    from .runtime.dist_pipeline import DistPipeline
-    from .runtime.dist_ranks import JoinedRanks, LocalRanks
+    from .runtime.dist.pipeline import DistPipeline
+    from .runtime.dist.ranks import JoinedRanks, LocalRanks
     from .runtime.invariance import default_row_tile
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))

@@ -240,7 +240,7 @@ def stage(model: str | None, device: str | None, local_rank: int | None, parent_
           rendezvous_timeout: float) -> None:
     """Serve one pipeline stage as a rank of a head's group (docs/DISTRIBUTED.md). The rank comes from the
     standard variables MASTER_ADDR, MASTER_PORT, RANK (1..WORLD_SIZE-1), WORLD_SIZE; torchrun sets them."""
-    from .runtime.dist_stage import run_stage_rank
+    from .runtime.dist.stage import run_stage_rank
 
     sys.exit(run_stage_rank(model, device, local_rank, parent_pid, rendezvous_timeout))
 

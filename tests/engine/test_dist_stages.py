@@ -12,9 +12,9 @@ from strata_engine import SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.engine import Engine
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.dist_pipeline import DistPipeline, StageRankError
-from strata_engine.runtime.dist_ranks import LocalRanks
-from strata_engine.runtime.dist_wire import Kind, StageError, WirePart, decode, encode
+from strata_engine.runtime.dist.pipeline import DistPipeline, StageRankError
+from strata_engine.runtime.dist.ranks import LocalRanks
+from strata_engine.runtime.dist.wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 
 from tokens_equal import assert_tokens_equal

@@ -22,12 +22,12 @@ from typing import Sequence
 
 import torch
 
-from .dist_ranks import gloo_reason as _reason
-from .compiled_step import compile_info
-from .dist_stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
-from .dist_wire import HEADER, Kind, WirePart, decode, encode
-from .invariance import default_row_tile, padded_rows
-from .pipeline import MicroBatch, StagePlan
+from .ranks import gloo_reason as _reason
+from ..compiled_step import compile_info
+from .stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
+from .wire import HEADER, Kind, WirePart, decode, encode
+from ..invariance import default_row_tile, padded_rows
+from ..pipeline import MicroBatch, StagePlan
 
 
 class StageRankError(RuntimeError):
@@ -59,7 +59,7 @@ class DistPipeline:
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
         self.max_tokens = max_tokens or ctx + num_slots  # token positions in one micro-batch, all parts
         if row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
-            from ..model.weights import read_config, resolve_model_path
+            from ...model.weights import read_config, resolve_model_path
 
             try:
                 row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype)

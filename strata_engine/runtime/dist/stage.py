@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from .dist_wire import Kind, WirePart, decode, encode, error_bytes
-from .invariance import apply_row_tile, invariance_holds
-from .thread_probe import stage_threads_agree
-from .pipeline import Part, StagePlan
-from .prefix_copies import HostPrefixes, PrefixCopy
-from .compiled_step import compiled_stage
-from .stage_forward import stage_forward
+from .wire import Kind, WirePart, decode, encode, error_bytes
+from ..invariance import apply_row_tile, invariance_holds
+from ..thread_probe import stage_threads_agree
+from ..pipeline import Part, StagePlan
+from ..prefix_copies import HostPrefixes, PrefixCopy
+from ..compiled_step import compiled_stage
+from ..stage_forward import stage_forward
 
 DATA, CONTROL = 0, 1
 SPEC_BYTES = 1 << 16
@@ -82,8 +82,8 @@ def make_group(store, rank: int, world_size: int, generation: int = 0):
 def build_stage(spec: StageSpec):
     """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do;
     returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
-    from ..model.kv_cache import KVCache
-    from ..model.weights import load_model
+    from ...model.kv_cache import KVCache
+    from ...model.weights import load_model
 
     dtype = getattr(torch, spec.dtype)
     device = spec.device

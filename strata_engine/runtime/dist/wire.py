@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..model.rows import Rows
+from ...model.rows import Rows
 
 HEADER = 8
 PART_FIELDS = 4
