@@ -160,6 +160,10 @@ def _give_way(run: CacheRun, client: EngineClient) -> None:
         run.add(Turn("long", "give-way", "long", 0, long_prompt, read.result))
         run.t0 = time.perf_counter()
         read.start()
+        # The turn must reach the server after the long read: its thread may win the race to send otherwise.
+        while read.result.sent_at is None and not read.finished.wait(0.005):
+            pass
+        time.sleep(0.05)
         rid = read.result.request_id
         deadline = time.perf_counter() + min(timeout, 120.0)
         while watcher.available and time.perf_counter() < deadline and not read.first_token.is_set():
