@@ -15,8 +15,8 @@ from strata_verify.answers import AnswersRun, run_answers
 from strata_verify.determinism import DeterminismOptions, DeterminismRun, answer_hash, run_determinism
 from strata_verify.diverge import compare_answers
 from strata_verify.engine_proc import Target
-from strata_verify.interleave import InterleaveOptions, InterleaveRun, run_interleave
-from strata_verify.interleave_steps import engine_has_pieces
+from strata_verify.interleave.check import InterleaveOptions, InterleaveRun, run_interleave
+from strata_verify.interleave.steps import engine_has_pieces
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES
 

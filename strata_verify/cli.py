@@ -16,13 +16,13 @@ from strata_verify import independent, manifest
 from strata_verify.behaviours import BEHAVIOURS, parse_lacks
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
-from strata_verify.cache_cli import cache
+from strata_verify.cache.cli import cache
 from strata_verify.cli_common import finish as _finish, gate_failed as _gate_failed, output_options as _output_options
 from strata_verify.cli_common import progress as _progress, target as _target
 from strata_verify.client import GateError
 from strata_verify.determinism import DeterminismOptions, run_determinism
 from strata_verify.engine_proc import Target
-from strata_verify.interleave import InterleaveOptions, run_interleave
+from strata_verify.interleave.check import InterleaveOptions, run_interleave
 from strata_verify.report import FAIL, INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 

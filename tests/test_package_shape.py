@@ -191,6 +191,18 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 PACKAGES = [Path(p.__file__).parent for p in (strata_engine, strata_bench, strata_verify)]
 
 
+def test_no_family_of_modules_is_a_subpackage_in_disguise():
+    """Three or more modules of one folder named `<noun>_*.py` (or `<noun>.py` beside them) are one noun's
+    parts: give them their folder, as `engines/`, `load/`, `executors/sim/` and `runtime/dist/` are."""
+    families = {}
+    for root in PACKAGES:
+        for path in root.rglob("*.py"):
+            families.setdefault((path.parent, path.stem.split("_")[0]), []).append(path.stem)
+    bad = {f"{folder.relative_to(ROOT.parent)}/{noun}_*": sorted(stems) for (folder, noun), stems in families.items()
+           if len(stems) >= 3 and sum("_" in stem for stem in stems) >= 2 and noun not in ("", "test")}
+    assert not bad, f"name families that want a subpackage: {bad}"
+
+
 def test_no_module_is_over_300_lines():
     long = {str(p.relative_to(ROOT.parent)): n for root in PACKAGES for p in root.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}

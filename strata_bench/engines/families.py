@@ -95,8 +95,9 @@ _NEUTRAL_OPENAI = {"presence_penalty": 0, "frequency_penalty": 0, "top_p": 1}
 _NEUTRAL_LLAMA = {**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0, "typical_p": 1,
                   "dry_multiplier": 0, "xtc_probability": 0}
 
+# Strata: its prompt cache takes vLLM's `cache_salt`, so the gate's solo runs are cold reads, not cache hits.
 STRATA = Family("strata", "Strata", ids_in=True, ids_out="return_token_ids", request_ids="readable",
-                greedy=dict(_NEUTRAL_OPENAI), extras={"ignore_eos": True}, events=True)
+                greedy=dict(_NEUTRAL_OPENAI), extras={"ignore_eos": True}, events=True, cold_salt="cache_salt")
 LLAMA_CPP = Family("llama.cpp", "llama.cpp llama-server", endpoint="/completion", wire=LLAMA_CPP_WIRE, ids_in=True,
                    ids_out="return_tokens", request_ids="none", greedy=dict(_NEUTRAL_LLAMA),
                    extras={"ignore_eos": True}, tokenize="/tokenize", cold={"cache_prompt": False},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from strata_verify.builds import GIVE_WAY, _compare_interleave, documented_not_taken
 from strata_verify.client import Completion
 from strata_verify.engine_proc import Target
-from strata_verify.interleave import InterleaveOptions, InterleaveRun
+from strata_verify.interleave.check import InterleaveOptions, InterleaveRun
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES
 

@@ -9,9 +9,9 @@ import pytest
 
 from strata_bench.engines.result import StreamResult
 from strata_bench.synthetic_cache import PrefixCache, answer_prompt
-from strata_verify.cache_plan import CacheOptions, CachePlan, Prompts
-from strata_verify.cache_run import CacheRun, Turn
-from strata_verify.cache_steps import EVICTION, GIVE_WAY, HITS, judge
+from strata_verify.cache.plan import CacheOptions, CachePlan, Prompts
+from strata_verify.cache.run import CacheRun, Turn
+from strata_verify.cache.steps import EVICTION, GIVE_WAY, HITS, judge
 from strata_verify.engine_proc import Target
 from strata_verify.report import FAIL, NOT_APPLICABLE, NOT_EXERCISED, PASS
 

@@ -1,10 +1,10 @@
-"""interleave_steps.judge on hand-made evidence: a step passes only when its interleaving is proved."""
+"""strata_verify.interleave.steps.judge on hand-made evidence: a step passes only when its interleaving is proved."""
 from __future__ import annotations
 
 from strata_verify.client import Completion
 from strata_verify.engine_proc import Target
-from strata_verify.interleave import InterleaveOptions, InterleaveRun
-from strata_verify.interleave_steps import judge
+from strata_verify.interleave.check import InterleaveOptions, InterleaveRun
+from strata_verify.interleave.steps import judge
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS
 from strata_verify.requests import InterleavePlan
 from strata_bench.engines.feed import EventWatcher

@@ -8,8 +8,8 @@ import pytest
 
 from strata_verify import junit
 from strata_verify.behaviours import BEHAVIOURS, apply_declaration, parse_lacks
-from strata_verify.interleave import InterleaveOptions
-from strata_verify.interleave_steps import judge
+from strata_verify.interleave.check import InterleaveOptions
+from strata_verify.interleave.steps import judge
 from strata_verify.report import EXIT_FAIL, EXIT_OK, FAIL, INFO, NOT_APPLICABLE, NOT_EXERCISED, PASS, Report, Step
 from strata_verify.requests import InterleavePlan
 

@@ -6,9 +6,9 @@ import time
 import click
 
 from strata_verify.behaviours import parse_lacks
-from strata_verify.cache import run_cache
-from strata_verify.cache_steps import cache_label
-from strata_verify.cache_plan import CACHE_BEHAVIOURS, CachePlan, CacheOptions
+from strata_verify.cache.check import run_cache
+from strata_verify.cache.steps import cache_label
+from strata_verify.cache.plan import CACHE_BEHAVIOURS, CachePlan, CacheOptions
 from strata_verify.cli_common import finish, gate_failed, output_options, progress, target
 from strata_verify.client import GateError
 from strata_verify.report import Report

@@ -1,6 +1,6 @@
 """The cache check's evidence: every request it sent (phase, session, turn, prompt, the answer served with
 the cache on and the same request read cold) and the engine's events per phase, when it has a feed.
-`cache` fills it; `cache_steps` judges it; neither imports the other.
+`check.py` fills it; `steps.py` judges it; neither imports the other.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata_verify.cache_plan import CacheOptions, Prompts
+from strata_verify.cache.plan import CacheOptions, Prompts
 from strata_verify.client import Completion
 from strata_verify.engine_proc import Target
 from strata_verify.report import Step

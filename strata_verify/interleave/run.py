@@ -1,6 +1,6 @@
 """The interleave check's data: its options (the plan, the behaviours the engine is declared to lack) and
 the evidence one run gathered (`InterleaveRun`: every token with its arrival time, the engine's events
-when it has a feed). `interleave` fills it; `interleave_steps` judges it; neither imports the other.
+when it has a feed). `check.py` fills it; `steps.py` judges it; neither imports the other.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class InterleaveOptions:
 
 @dataclass
 class InterleaveRun:
-    """Everything one interleave check saw; `steps` is filled by interleave_steps.judge."""
+    """Everything one interleave check saw; `steps` is filled by steps.judge."""
 
     target: Target
     options: InterleaveOptions

@@ -14,7 +14,7 @@ from typing import Any
 from strata_bench.engines.compare import first_difference
 from strata_verify.behaviours import apply_declaration
 from strata_verify.diverge import compare_answers, logprob_delta
-from strata_verify.interleave_run import InterleaveRun
+from strata_verify.interleave.run import InterleaveRun
 from strata_verify.read_trace import place_to_look, resume_step
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES

@@ -1,8 +1,8 @@
 """The interleave check, run: A and B decode; C's long read joins them; D's long read gives way to E;
 then every request again, alone, on a fresh engine.
 
-This module drives the two phases and gathers evidence into an `InterleaveRun` (interleave_run.py);
-`interleave_steps` turns that evidence into pass / fail / not exercised / not applicable. With `--url` both phases share the one server, so "solo" is alone but not fresh; every
+This module drives the two phases and gathers evidence into an `InterleaveRun` (run.py);
+`steps.py` turns that evidence into pass / fail / not exercised / not applicable. With `--url` both phases share the one server, so "solo" is alone but not fresh; every
 request asks to skip the prefix cache where the server family has that switch (said in the report). A
 server that runs one request at a time (one slot, or A streaming while B waits) leaves the interleaving
 steps not exercised, with that reason, and the gate does not wait for what cannot happen.
@@ -15,9 +15,9 @@ import time
 from strata_bench.engines.feed import EventWatcher
 from strata_verify.client import Completion, EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
-from strata_verify.interleave_run import (SERIAL_EVIDENCE_TOKENS, InterleaveOptions, InterleaveRun,  # noqa: F401
+from strata_verify.interleave.run import (SERIAL_EVIDENCE_TOKENS, InterleaveOptions, InterleaveRun,  # noqa: F401
                                           OneAtATime)
-from strata_verify.interleave_steps import judge
+from strata_verify.interleave.steps import judge
 from strata_verify.requests import NAMES
 
 def run_interleave(target: Target, options: InterleaveOptions) -> InterleaveRun:

@@ -6,7 +6,7 @@ sessions on a fresh one with a small `--prompt-cache` (so its host store must ev
 a fresh one with `--prompt-cache 0`. On a URL, or an engine of another family (vLLM), everything runs on
 the one server and each cold read carries the family's switch (a fresh `cache_salt`, llama.cpp's
 `cache_prompt: false`); a server with no switch cannot be checked this way (GateError, exit 2).
-`cache_steps` judges what this module gathers (`CacheRun`, cache_run.py).
+`steps.py` judges what this module gathers (`CacheRun`, run.py).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import uuid
 
 from strata_bench.engines.families import STRATA
 from strata_bench.engines.feed import EventWatcher
-from strata_verify.cache_plan import CacheOptions, Prompts
-from strata_verify.cache_run import CacheRun, Turn
-from strata_verify.cache_steps import judge
+from strata_verify.cache.plan import CacheOptions, Prompts
+from strata_verify.cache.run import CacheRun, Turn
+from strata_verify.cache.steps import judge
 from strata_verify.client import EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
 

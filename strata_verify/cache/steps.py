@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from strata_bench.engines.compare import first_difference
 from strata_verify.behaviours import apply_declaration
-from strata_verify.cache_run import CacheRun, Turn
+from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.diverge import compare_answers
-from strata_verify.interleave_steps import give_way_from_outside
+from strata_verify.interleave.steps import give_way_from_outside
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 
 CHECK = "cache"
