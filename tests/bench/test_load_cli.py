@@ -1,6 +1,8 @@
 """`strata-bench load` / `load-report` as console scripts: bad input, an A/B sweep on synthetic arms, re-rendering."""
 import json
 
+import pytest
+
 from strata_bench.engines.launcher import free_port
 
 from .conftest import assert_usage_errors, bench
@@ -25,6 +27,7 @@ def test_load_bad_input_is_a_usage_error_naming_it(tmp_path):
     assert r.returncode == 2 and "not a bench directory" in r.stderr
 
 
+@pytest.mark.slow  # a sweep of six runs on subprocess servers: ~20 s
 def test_load_sweep_ab_on_synthetic_arms(tmp_path):
     out = tmp_path / "sweep"
     r = bench("load", "--arm", f"fast={FAST}", "--arm", f"slow={SLOW}", "--concurrency", "1,2", "--requests", "4",

@@ -143,6 +143,8 @@ HTTP_SMALL = ((r"bench_http_overhead.py$", "bench_http_overhead.py --max-tokens 
 
 # Every bash/sh command of the docs, by its normalised text. Commands of one file run in order in one
 # scratch directory, so a `report` finds what the `run` before it wrote.
+VLLM_SERVER = "a vLLM server for the commands after it; tests/conftest.py's vllm_server fixture starts the same one"
+
 CHECKS: dict[str, object] = {
     # README.md
     "bash scripts/install.sh && .venv/bin/strata-bench demo": Run((OWN_INSTALL, NO_DEMO_REPEATS)),
@@ -245,4 +247,25 @@ CHECKS: dict[str, object] = {
     # docs/BATCHING.md
     '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm --arm strata=\'env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192\' --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    # docs/ENGINES.md and docs/VERIFY.md: vLLM as a peer (tests/verify/test_vllm_verify.py and tests/bench/test_vllm.py
+    # run the same commands against the session's vLLM server, in CI's slow tests)
+    "bash scripts/install_vllm.sh": Skip("CI runs it itself (.ci/run), before the tests"),
+    "VLLM=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip("sets a shell variable for the commands after it"),
+    "VLLM_CPU_KVCACHE_SPACE=2 $VLLM serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --port 8091 &":
+        Skip(VLLM_SERVER),
+    "VLLM_CPU_KVCACHE_SPACE=2 ~/.cache/strata/vllm-0.32.0/venv/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --port 8091 &":
+        Skip(VLLM_SERVER),
+    ".venv/bin/strata-verify interleave --url http://127.0.0.1:8091 --scale 0.05 --lacks give-way":
+        Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 0)"),
+    ".venv/bin/strata-verify interleave --url http://127.0.0.1:8091 --scale 0.05":
+        Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 1, naming give-way)"),
+    ".venv/bin/strata-verify determinism --url http://127.0.0.1:8091 --against strata_verify/golden/reference-cpu.json":
+        Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
+    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
+        Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
+    ".venv/bin/strata-bench preset engines --repeat 2 --out runs/engines-table":
+        Skip("18 engine runs, ~10 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
+    # docs/SERVER.md
+    ".venv/bin/python benchmarks/bench_prompt_cache.py --rounds 3 --out runs/prompt_cache.json":
+        Run(((r"--rounds 3", "--rounds 1 --context 1100"),), timeout=900),
 }

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
-pytestmark = pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed")
+pytestmark = [pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed"),
+              pytest.mark.slow]  # the CLI in a subprocess writing whole GGUF files
 
 
 def export(*args: str) -> subprocess.CompletedProcess:

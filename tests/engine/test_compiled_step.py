@@ -19,6 +19,8 @@ from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 
+pytestmark = pytest.mark.slow  # torch.compile: seconds per engine (README's fast command skips it; .ci/run runs it)
+
 PROMPTS = [[5, 17, 33, 2, 9, 41, 8], [60, 1, 1, 22, 3], [7, 7, 7, 70, 12, 30, 31, 4, 19]]
 
 

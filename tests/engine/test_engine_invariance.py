@@ -118,6 +118,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # two fresh interpreters, two engines each
 @pytest.mark.parametrize("order", ["pinned", "mkl-first"])
 def test_the_probe_verdict_is_what_the_thread_count_does(order):
     """A 2-thread engine claims layout invariance exactly when its bits equal the 1-thread engine's."""

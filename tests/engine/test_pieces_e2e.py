@@ -15,6 +15,8 @@ from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 from tokens_equal import assert_tokens_equal
 
+pytestmark = pytest.mark.slow  # real engines end to end, one per read mode (the scheduler's own tests cover the modes in ms)
+
 CHUNK = 32
 LONG = 12 * CHUNK + 5  # not a whole number of chunks on purpose
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
