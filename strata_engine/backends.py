@@ -74,7 +74,9 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
     threads = config.threads
     if threads is None and all(s.device.startswith("cpu") for s in stages):
-        threads = max(1, (os.cpu_count() or 1) // len(stages))
+        # One core stays with the front end (HTTP, scheduler, sampler, detokenizer share this process's GIL):
+        # on 2 cores, 2 OpenMP threads beside it spin against it (docs/MODEL.md, "Where a decode step goes, today").
+        threads = max(1, ((os.cpu_count() or 1) - 1) // len(stages))
     workers = config.stage_workers_for([s.device for s in stages])
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
         pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config)

@@ -71,7 +71,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Engine seed: the default seed of requests that give none."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="torch intra-op threads per stage worker (default: cores / stages on cpu)."),
+                     help="torch intra-op threads per stage worker (default: (cores - 1) / stages on cpu, at least 1)."),
         click.option("--stage-workers", type=click.Choice(["auto", "thread", "dist"]), default="auto",
                      show_default=True,
                      help="What runs each pipeline stage: a thread, or a torch.distributed rank of its own (stages "

@@ -10,6 +10,7 @@ row's logits bitwise independent of the rows beside it here (runtime/invariance.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -25,6 +26,8 @@ from ..model.kv_cache import KVCache
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
+
+DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
 
 
 @dataclass(frozen=True)
@@ -106,12 +109,14 @@ class MicroBatch:
 
 class Stage(threading.Thread):
     def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
-                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int, compiled=None):
+                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int, compiled=None,
+                 decode_threads: int | None = None):
         super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
         self.plan, self.model, self.cache = plan, model, cache
         self.inbox, self.outbox = inbox, outbox
         self.is_first, self.is_last, self.threads, self.row_tile = is_first, is_last, threads, row_tile
         self.compiled = compiled  # CompiledDecode: decode-only parts through the compiled step
+        self.decode_threads = decode_threads  # parts of decode rows only at this many threads (None: `threads`)
         self.prefixes = HostPrefixes(cache)  # this stage's layers of the prompt cache's host store
 
     def run(self) -> None:
@@ -135,6 +140,13 @@ class Stage(threading.Thread):
                 self.outbox.put(mb)
 
     def _run_part(self, part: Part) -> None:
+        if self.decode_threads and self.threads and part.rows.real == len(part.rows.rows):
+            torch.set_num_threads(self.decode_threads)  # ~50 us a switch; bits equal (the thread probe said so)
+            try:
+                return stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last,
+                                     self.row_tile, self.plan.device)
+            finally:
+                torch.set_num_threads(self.threads)
         stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device,
                       self.compiled)
 
@@ -165,8 +177,13 @@ class Pipeline:
         compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads)
                     if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
         self.compile_info = compile_info((c.graphs, c.compile_s) for c in compiled if c is not None)
+        # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
+        # thread cost more than it bought (docs/MODEL.md, "Where a decode step goes, today"); prompt chunks keep
+        # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
+        decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not os.environ.get(DECODE_ALL_THREADS_ENV) else None
         self._workers = [
-            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c)
+            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c,
+                  decode_threads)
             for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
         ]
         for worker in self._workers:
