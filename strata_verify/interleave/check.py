@@ -93,6 +93,10 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
         tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
         tasks["D"] = client.task("D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
+        # E must reach the server after D: E's thread could otherwise win the race to send (a server without
+        # an event feed is judged on the client's clock, and E sent first is no give-way).
+        while tasks["D"].result.sent_at is None and not tasks["D"].finished.wait(0.005):
+            pass
         # E goes in while D is being read: as soon as the engine says D's read began. Without an
         # event feed E follows D at once, and if the engine ignored our ids, at D's first token at
         # the latest; the give-way step then fails as not exercised, for want of proof.
