@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import platform
+import shutil
 import sys
 import sysconfig
 import time
@@ -29,6 +30,8 @@ from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
 from strata_engine.model.transformer import MoE, Transformer  # noqa: E402
 from strata_engine.model.weights import hf_config_dict, load_model, save_hf_weights  # noqa: E402
+
+SHIPPED = Path(__file__).resolve().parent.parent / "strata_engine" / "models" / "strata-tiny-moe"
 
 BOS, EOS = 256, 257
 SAMPLE_PROMPTS = ["def fibonacci(n):\n", "import os\nimport sys\n\n\nclass ", "    def __init__(self, name, value=None):\n        self."]
@@ -150,7 +153,9 @@ def model_card(args, config, params, active, train_bytes, val_bytes, files, bpb_
         f"{config.num_experts} experts top-{config.num_experts_per_tok} (expert width {config.moe_intermediate_size}), "
         f"rope theta {config.rope_theta:g}, max positions {config.max_position_embeddings}",
         f"- parameters: {params:,} total, {active:,} active per token",
-        "- vocabulary: 258 = 256 bytes + <bos> (256) + <eos> (257); no tokenizer.json (the engine uses its byte tokenizer)",
+        "- vocabulary: 258 = 256 bytes + <bos> (256) + <eos> (257); `tokenizer.json` + `tokenizer_config.json` describe exactly "
+        "that byte tokenizer (byte-level BPE, no merges, nothing added on encode), so transformers' AutoTokenizer, vLLM and "
+        "any HF tool load this directory as it is",
         f"- corpus: {len(files)} *.py files of the Python {platform.python_version()} standard library (no tests, no encodings/), "
         f"{train_bytes:,} training bytes, {val_bytes:,} held-out bytes (files whose path's sha256 is 0 mod {args.holdout_every})",
         f"- training: {args.steps_run} steps of {args.batch * args.seq_len} bytes ({args.batch} x {args.seq_len}; the last {args.long_fraction:.0%} "
@@ -268,6 +273,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     save_hf_weights(model, args.out, torch.float16)
     (args.out / "config.json").write_text(json.dumps(hf_config_dict(config), indent=2) + "\n")
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the byte tokenizer the embedded model ships with
+        if (SHIPPED / name).resolve() != (args.out / name).resolve():
+            shutil.copyfile(SHIPPED / name, args.out / name)
     saved, _ = load_model(args.out)  # the shipped weights, through the real loader, in fp32
     bpb_saved = heldout_bpb(saved, val, args.seq_len, args.eval_windows)
     samples, margins = greedy_report(saved, config, 160)
