@@ -13,6 +13,7 @@ transport: that is measured on the server, docs/MODEL.md). Prints µs per step p
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -105,10 +106,12 @@ def main() -> None:
                         position += 1
                     for _ in range(args.steps):  # warm
                         one_step()
-                    start = time.perf_counter()
+                    took = []
                     for _ in range(args.steps):
+                        start = time.perf_counter()
                         one_step()
-                    plain_ms = (time.perf_counter() - start) / args.steps * 1e3
+                        took.append((time.perf_counter() - start) * 1e3)
+                    plain_ms, best_ms = statistics.median(took), min(took)
                     with profile(activities=[ProfilerActivity.CPU]) as prof:
                         for _ in range(args.steps):
                             with record_function("@step"):
@@ -116,8 +119,8 @@ def main() -> None:
                 events = prof.key_averages()
                 labelled = {e.key: e.cpu_time_total / args.steps for e in events if e.key.startswith("@")}
                 ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[:8]
-                print(f"\n== {arm}, batch {batch}, {threads} thread(s): {plain_ms:.2f} ms/step unprofiled "
-                      f"({batch / plain_ms * 1e3:.0f} tok/s); profiled step {labelled.get('@step', 0) / 1e3:.2f} ms")
+                print(f"\n== {arm}, batch {batch}, {threads} thread(s): {plain_ms:.2f} ms/step unprofiled (median; best "
+                      f"{best_ms:.2f}; {batch / plain_ms * 1e3:.0f} tok/s); profiled step {labelled.get('@step', 0) / 1e3:.2f} ms")
                 for key, us in sorted(labelled.items(), key=lambda kv: -kv[1]):
                     print(f"   {key[1:]:<40} {us:8.0f} us/step")
                 print("   top aten ops (self):", ", ".join(f"{e.key} {e.self_cpu_time_total / args.steps:.0f}us x{e.count // args.steps}"
