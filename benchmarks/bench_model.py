@@ -2,7 +2,7 @@
 """Speed of our model step against transformers and llama.cpp on the same weights, at each thread count.
 
 Measures, for the default model (or --model): prefill tokens/s (a --prompt-tokens prompt read in chunks of
---chunk), decode tokens/s at batch 1 and batch 4 (greedy, KV cache), each through the engine's stage
+--chunk), decode tokens/s at batch 1 and batch --batch (default 6; greedy, KV cache), each through the engine's stage
 forward with batch invariance on (rows padded to the row tile, the default) and off (no padding), and
 decode through the compiled step (`--compile`, runtime/compiled_step.py; --no-compile skips it); the
 same through transformers' `generate` on the same HF directory; and prefill and batch-1 greedy decode
@@ -130,6 +130,7 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=512)
     p.add_argument("--decode-prompt", type=int, default=256, help="prompt length of each decode row")
     p.add_argument("--decode-steps", type=int, default=64)
+    p.add_argument("--batch", type=int, default=6, help="the second decode batch (rows decoding together)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--matmul-size", type=int, default=2048)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp arms even where llama-cpp-python is installed")
@@ -144,7 +145,7 @@ def main() -> None:
     tiles = {"ours": row_tile_for(config), "ours_padding_off": 1}  # our arms: name -> row tile (1 = batch invariance off)
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
-    rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(4)]
+    rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(args.batch)]
     llama, gguf_dir = None, tempfile.TemporaryDirectory(prefix="bench-model-gguf-")
     if not args.no_llama_cpp:
         try:
@@ -181,7 +182,7 @@ def main() -> None:
                     record(f"llama_prefill_t{t}", llama.prefill_seconds(prompt, t))
                     took, greedy["llama"] = llama.greedy(rows[0], args.decode_steps + 1, t)
                     record(f"llama_decode_b1_t{t}", took)
-                for batch in (1, 4):
+                for batch in (1, args.batch):
                     for arm, tile in tiles.items():
                         took, greedy[arm] = ours_decode(model, config, rows[:batch], args.decode_steps, tile)
                         record(f"{arm}_decode_b{batch}_t{t}", took)
@@ -200,7 +201,7 @@ def main() -> None:
     r["greedy_tokens_equal_llama"] = greedy["llama"][: len(greedy["ours"])] == greedy["ours"] if llama else None
     r["compiled_tokens_equal_eager"] = greedy["ours_compiled"] == greedy["ours"] if args.compile else None
     r["compile_s"] = {f"b{b}_t{t}": round(c.compile_s, 1) for (b, t), (_, c) in COMPILED.items()}
-    work = {"prefill": len(prompt), "decode_b1": args.decode_steps, "decode_b4": 4 * args.decode_steps}
+    work = {"prefill": len(prompt), "decode_b1": args.decode_steps, f"decode_b{args.batch}": args.batch * args.decode_steps}
     rates: dict[str, dict[str, float]] = {}  # "<engine>_<measure>" -> {"t1": tok/s, ...}
     for name, secs in best.items():
         if name.startswith("matmul"):
@@ -237,14 +238,14 @@ def render(r: dict, args) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for measure, label in (("prefill", f"prefill ({args.prompt_tokens} tokens, chunks of {args.chunk})"),
-                           ("decode_b1", "decode, batch 1"), ("decode_b4", "decode, batch 4")):
+                           ("decode_b1", "decode, batch 1"), (f"decode_b{args.batch}", f"decode, batch {args.batch}")):
         lines.append(f"| {label} | {cell('ours_' + measure)} | {cell('ours_compiled_' + measure)} "
                      f"| {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} | {cell('llama_' + measure)} |")
     lines += ["", "| target | invariant | compiled | padding off |", "|---|---:|---:|---:|"]
     for label, num, den in (("decode batch 1 / llama.cpp batch 1 >= 1.0", "decode_b1", "llama_decode_b1"),
                             ("prefill / llama.cpp >= 1.0", "prefill", "llama_prefill"),
-                            ("decode batch 4 (aggregate) / llama.cpp batch 1 >= 2.0", "decode_b4", "llama_decode_b1"),
-                            ("decode batch 4 / transformers batch 4 >= 2.0", "decode_b4", "hf_decode_b4"),
+                            (f"decode batch {args.batch} (aggregate) / llama.cpp batch 1 >= 2.0", f"decode_b{args.batch}", "llama_decode_b1"),
+                            (f"decode batch {args.batch} / transformers batch {args.batch} >= 2.0", f"decode_b{args.batch}", f"hf_decode_b{args.batch}"),
                             ("prefill / transformers >= 1.0", "prefill", "hf_prefill")):
         lines.append(f"| {label} | {ratio('ours_' + num, den)} | {ratio('ours_compiled_' + num, den)} "
                      f"| {ratio('ours_padding_off_' + num, den)} |")
