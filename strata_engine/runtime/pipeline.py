@@ -27,6 +27,7 @@ from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
 
+ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: the thread pipeline pads rows to this tile (1 = off) instead of the default
 DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
 
 
@@ -159,6 +160,8 @@ class Pipeline:
         """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1).
         compile: decode-only micro-batches through each stage's compiled step, compiled here (the warm-up)."""
         self.stages = list(stages)
+        if row_tile is None and os.environ.get(ROW_TILE_ENV):  # a measuring knob: 1 = padding off (no invariance claim)
+            row_tile = int(os.environ[ROW_TILE_ENV])
         self.row_tile = default_row_tile(model.config, stages[0].device, dtype) if row_tile is None else row_tile
         self.threads = threads
         apply_row_tile(model, self.row_tile)

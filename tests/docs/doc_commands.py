@@ -194,6 +194,8 @@ CHECKS: dict[str, object] = {
         Skip("a profile of a running server's process (<pid>), py-spy installed by hand; docs/MODEL.md has its numbers"),
     'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "strata-default=strata-engine serve --batch 6" --arm "strata-compile=strata-engine serve --batch 6 --compile" --arm "strata-mixed=env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 <vllm venv>/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip("a 12-run comparison with vLLM's CPU build (scripts/install_vllm.sh; <vllm venv> is its venv), minutes"),
+    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --batch 6"':
+        Skip("a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"),
     ".venv/bin/python benchmarks/bench_weight_layout.py": Run(((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)),
     # docs/BATCHING.md
     ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(((r"--tokens 200", "--tokens 40"),)),
