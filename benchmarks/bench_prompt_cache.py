@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
@@ -69,7 +70,8 @@ def main() -> None:
         raw = {"args": vars(args), "engine": {k: cached.info()[k] for k in ("model", "device", "dtype", "batch_invariant")},
                "prompt_cache": cached.info()["prompt_cache"], "rounds": rounds}
     if args.out:
-        with open(args.out, "w") as f:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
             json.dump(raw, f, indent=1)
     for source, limit in (("slot", 0.2), ("store", 0.3)):
         turns = [r[source] for r in rounds]

@@ -147,13 +147,15 @@ def answers(engine, url, against_path, logprob_tol, timeout, near_tie, start_tim
         options = AnswersOptions(near_tie=near_tie, logprob_tol=logprob_tol, phase_timeout=timeout)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    target = _target(engine, url, default_engine_command(0.05), start_timeout)
-    report = Report(meta={"check": "answers", "engine": target.describe(), "against": against_path})
+    report = Report(meta={"check": "answers", "against": against_path})
     try:
         reference, expected = independent.load(against_path)
     except manifest.ManifestError as exc:
         report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
         _finish(report, markdown, junit_path, json_path, {})
+    needed = max(len(e.prompt) for e in expected) + int(reference["max_tokens"]) + 1  # the longest answer's context
+    target = _target(engine, url, default_engine_command(0.05, needed), start_timeout)
+    report.meta["engine"] = target.describe()
     report.meta["expected"] = independent.made_by(reference)
     raw: dict = {}
     started = time.monotonic()

@@ -83,11 +83,12 @@ def default_piece(scale: float, chunk: int = SPEC_CHUNK) -> int:
     return max(chunk, int(SPEC_PIECE * scale) // chunk * chunk)
 
 
-def default_engine_command(scale: float) -> str:
-    """The spec's settings in our engine's words: a layer split, 4 slots in 2 groups, piecewise read."""
-    plan = InterleavePlan(scale=scale)
-    # The context the plan needs, asked for: the engine's own default depends on the machine's memory.
-    ctx = (plan.needed_ctx() + 1024) // 1024 * 1024
+def default_engine_command(scale: float, needed_ctx: int = 0) -> str:
+    """The spec's settings in our engine's words: a layer split, 4 slots in 2 groups, piecewise read; and the
+    context the check needs (the interleave plan's at `scale`, or `needed_ctx` when larger), asked for, since
+    the engine's own default depends on the machine's memory."""
+    needed = max(InterleavePlan(scale=scale).needed_ctx(), needed_ctx)
+    ctx = (needed + 1024) // 1024 * 1024
     return f"env STRATA_PIPED_READ_PIECE={default_piece(scale)} strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx {ctx}"
 
 

@@ -170,15 +170,17 @@ class EngineProcess:
         """SIGTERM to the process group, SIGKILL after timeout_s; the exit status."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        # The shell may be gone while a child it started lingers: the group gets a last SIGKILL.
-        self._signal(signal.SIGKILL)
+        try:
+            if self.proc.poll() is None:
+                self._signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._signal(signal.SIGKILL)
+                    self.proc.wait(timeout=10)
+        finally:  # also when a second Ctrl-C lands during the wait: no engine outlives the bench
+            # The shell may be gone while a child it started lingers: the group gets a last SIGKILL.
+            self._signal(signal.SIGKILL)
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
