@@ -126,15 +126,22 @@ IDLE = IdlePlan()
 Plan = LeadInPlan | ReadPlan | BoundaryPlan | DecodePlan | StopPlan | IdlePlan
 
 
-def give_way_candidate(reading: Request, waiting: Sequence[Request], slot_free: bool) -> Request | None:
-    """The first waiting request whose prompt is under half as long as the one being read.
+def give_way_candidate(reading: Request, waiting: Sequence[Request], slot_free: bool,
+                       place: Callable[[Request], Placement | None] | None = None) -> Request | None:
+    """The first waiting request whose prompt is under half as long as the one being read, both counted in
+    the tokens they read: the prompt cache's part is not read (`place` says what a waiting request would
+    keep; the reading one kept `cached_tokens`). With the cache off that is the spec's rule on whole prompts.
 
     It needs a free slot of its own: the read that gives way keeps its slot, KV and progress.
     """
     if not slot_free:
         return None
+    being_read = reading.prompt_tokens - reading.cached_tokens
     for request in waiting:
-        if not request.cancelled and 2 * request.prompt_tokens < reading.prompt_tokens:
+        if request.cancelled:
+            continue
+        placement = place(request) if place is not None else None
+        if 2 * (request.prompt_tokens - (placement.keep if placement is not None else 0)) < being_read:
             return request
     return None
 
@@ -153,7 +160,7 @@ def plan_step(
     """The next step, from state alone. `place` says where a waiting request would go (the prompt cache:
     a slot and the prompt tokens it keeps); None = the balanced free slot, nothing kept."""
     if reading is not None and reading.unit_done is not None:
-        return plan_boundary(config=config, read=reading, slots=slots, waiting=waiting)
+        return plan_boundary(config=config, read=reading, slots=slots, waiting=waiting, place=place)
     cancelled = [r for r in waiting if r.cancelled]
     cancelled += [r for r in slots.occupied() if r.cancelled and r.phase is not Phase.FINISHED]
     if cancelled:
@@ -180,7 +187,7 @@ def plan_step(
     free = slots.choose()
     if parked:
         top = parked[-1]
-        short = give_way_candidate(top.request, waiting, free is not None)
+        short = give_way_candidate(top.request, waiting, free is not None, place)
         if short is not None:
             return read(short, Start.ADMIT, free, fresh=True)
         return read(top.request, Start.RESUME, None, fresh=True)
@@ -191,11 +198,12 @@ def plan_step(
     return IDLE
 
 
-def plan_boundary(*, config: SchedulerConfig, read: ActiveRead, slots: SlotTable, waiting: Sequence[Request]) -> BoundaryPlan:
+def plan_boundary(*, config: SchedulerConfig, read: ActiveRead, slots: SlotTable, waiting: Sequence[Request],
+                  place: Callable[[Request], Placement | None] | None = None) -> BoundaryPlan:
     """At the end of a read unit (the prompt not finished): 1) BSTOP, 2) BYIELD, 3) decode budget."""
     if read.request.cancelled:
         return BoundaryPlan(read, BoundaryAction.STOP)
-    short = give_way_candidate(read.request, waiting, slots.choose() is not None)
+    short = give_way_candidate(read.request, waiting, slots.choose() is not None, place)
     if short is not None:
         return BoundaryPlan(read, BoundaryAction.YIELD, to=short)
     groups = slots.decoding_groups()

@@ -255,7 +255,8 @@ class Scheduler:
         """End an interruptible run early (mixed read, pause target): it was cancelled, or a short request could take over."""
         if request.cancelled:
             return True
-        return give_way_candidate(request, self.intake.waiting(), self.slots.choose() is not None) is not None
+        return give_way_candidate(request, self.intake.waiting(), self.slots.choose() is not None,
+                                  lambda waiting: self.prompt_cache.place(waiting, self.slots)) is not None
 
     def _interrupt(self, epoch: int) -> bool:
         """Stop an idle decode call: a cancel arrived, or a waiting request could start its read."""

@@ -141,3 +141,18 @@ def test_a_store_that_runs_out_of_memory_gives_way_and_no_request_fails():
     assert all(r.finish_reason == "length" for r in h.requests.values())
     assert [e["to"] for e in h.fields("CACHE_EVICT") if e["source"] == "slot"] == ["dropped", "dropped"]
     assert h.scheduler.stats()["prompt_cache"]["store_entries"] == 0
+
+
+@pytest.mark.parametrize("cache_mib", [1024, 0], ids=["cache on", "cache off"])
+def test_a_mostly_cached_turn_takes_over_a_cold_read_as_a_short_prompt_would(cache_mib):
+    """Give-way counts the tokens each side reads: an agent's next turn (4,072 tokens, 4,063 of them cached)
+    is short beside a 6,000-token cold read; with the cache off it is not (the spec's rule, whole prompts)."""
+    h = CachingHarness(**{**PIPED, "piped_read_piece": 1024, "prompt_cache_mib": cache_mib})
+    first = h.submit("turn1", CONTEXT, max_tokens=8)
+    h.run()
+    cold = h.submit("cold", [(3 + 17 * i) % 997 for i in range(6000)], max_tokens=8)
+    second = h.turn("turn2", first, max_tokens=8, at=h.clock.now + 0.3)
+    h.run()
+    yielded = [(e["request"], e["to"]) for e in h.fields("YIELDED")]
+    assert yielded == ([("cold", "turn2")] if cache_mib else []), yielded
+    assert second.output_ids == h.solo_tokens("turn2", 8) and cold.output_ids == h.solo_tokens("cold", 8)
