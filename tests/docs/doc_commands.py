@@ -248,7 +248,7 @@ CHECKS: dict[str, object] = {
     "strata-verify cache": Run(timeout=900),
     ".venv/bin/strata-verify cache --junit runs/verify/cache.xml": Skip(CI_GATE),
     "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
-    'strata-verify cache --scale 0.5 --lacks events --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(VLLM_CACHE),
+    'strata-verify cache --scale 0.5 --lacks events,give-way --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(VLLM_CACHE),
     # docs/BENCH.md, agent sessions
     ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm nocache='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192 --prompt-cache 0'":
         Run(rewrite=((r"--repeat 2", "--repeat 1"), (r"--scale 0\.125", "--scale 0.0625")), timeout=900),

@@ -17,7 +17,9 @@ from .support import HERE, PY, verify
 pytestmark = pytest.mark.slow
 
 CI_SCALE = 0.05
-PIECES = default_engine_command(CI_SCALE)  # env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 ...
+# env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 ... --ctx: room for the answers check's
+# longest prompt and answer too (2,083 positions), which `strata-verify answers` asks for itself
+PIECES = default_engine_command(CI_SCALE, needed_ctx=4096)
 
 
 def broken(bug: str) -> str:
