@@ -130,7 +130,9 @@ class Scheduler:
         request = plan.request
         self._start(plan.start, request, plan.placement)
         active = self._reading
-        if plan.chunks[0][0] != request.tokens_read:  # admission kept less than planned (a restore failed)
+        # Admission kept less than planned (a restore failed): read from what it kept. Only there: a continuing
+        # read's chunks are the plan's, so a planning bug shows instead of being patched over here.
+        if plan.start is Start.ADMIT and plan.chunks[0][0] != request.tokens_read:
             plan = replace(plan, chunks=tuple(next_read_chunks(request.tokens_read, request.prompt_tokens,
                                                                self.config.prefill_chunk, unit_tokens(self.config))))
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
