@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from ..model.kv_cache import KVCache
+from .invariance import padded_rows
 from .stage_forward import stage_forward
 
 PROBE_SLOTS, PROBE_PROMPT, PROBE_STEPS = 2, 20, 2  # the decode steps are where the bits moved
@@ -53,8 +54,7 @@ def _outputs(model, layers, row_tile, device, is_first, is_last, ragged) -> list
         for rows in steps:
             part = ragged(rows, want_logits=True)
             if not is_first:
-                padded = -(-part.tokens.numel() // row_tile) * row_tile
-                part.hidden = torch.randn(padded, model.config.hidden_size, generator=generator).to(device, dtype)
+                part.hidden = torch.randn(padded_rows(part.tokens.numel(), row_tile), model.config.hidden_size, generator=generator).to(device, dtype)
             stage_forward(model, layers, cache, part, is_first, is_last, row_tile, device)
             out.append(part.logits if is_last else part.hidden)
     return out
