@@ -2,8 +2,9 @@
 two apps in one process, as in tests, never share or collide).
 
 Counters are fed by the HTTP layer (requests, tokens, finish reasons, disconnects, token gaps) and by
-the engine's event log (read pieces, give-ways, every event kind); slot use and queue length are read
-from `engine.stats()` at scrape time, so they are never stale.
+the engine's event log (read pieces, give-ways, every event kind, the prompt cache's tokens asked and
+served and its evictions); slot use, queue length and the host store's bytes are read from
+`engine.stats()` at scrape time, so they are never stale.
 """
 from __future__ import annotations
 
@@ -27,6 +28,18 @@ STAT_GAUGES = {
     "queue_len": ("strata_queue_length", "requests waiting for a slot"),
     "requests_running": ("strata_requests_running", "requests in a slot"),
 }
+MIB = 1 << 20
+
+
+def prompt_cache_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    """The host store from engine.stats()['prompt_cache'] (what /v1/engine reports): bytes held and its cap."""
+    store = bool(info.get("store"))
+    yield GaugeMetricFamily("strata_prompt_cache_store_bytes", "host store bytes in use (prefixes pushed out of slots)",
+                            value=info.get("store_bytes", 0))
+    yield GaugeMetricFamily("strata_prompt_cache_store_capacity_bytes",
+                            "host store cap (--prompt-cache MiB; 0: no store)", value=info.get("mib", 0) * MIB if store else 0)
+    yield GaugeMetricFamily("strata_prompt_cache_store_entries", "prefixes held in the host store",
+                            value=info.get("store_entries", 0))
 
 
 class EngineStatsCollector(Collector):
@@ -40,6 +53,8 @@ class EngineStatsCollector(Collector):
             stats = self._stats()
         except Exception:  # an engine that is loading or gone has no stats; the scrape still works
             return
+        if isinstance(stats.get("prompt_cache"), dict):
+            yield from prompt_cache_gauges(stats["prompt_cache"])
         for key, value in stats.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
@@ -99,6 +114,19 @@ class ServerMetrics:
         self.events = Counter("strata_engine_events", "engine events by kind", ["kind"], registry=r)
         self.read_pieces = Counter("strata_read_pieces", "prompt read pieces (PIECE events)", registry=r)
         self.give_ways = Counter("strata_give_ways", "give-ways: a short request took over a read (YIELDED)", registry=r)
+        # The prompt cache, in tokens as vLLM's prefix_cache_queries/hits: hit rate = hits / queries.
+        self.cache_queries = Counter("strata_prompt_cache_queries",
+                                     "prompt tokens of admitted requests, cache on or off (ADMIT)", registry=r)
+        self.cache_hits = Counter("strata_prompt_cache_hits", "prompt tokens kept from the prompt cache instead of "
+                                  "read, by source: slot or store (CACHE_HIT)", ["source"], registry=r)
+        self.cache_evictions = Counter("strata_prompt_cache_evictions", "prefixes pushed out of a slot (outcome: store "
+                                       "or dropped) or of the host store (outcome: the reason) (CACHE_EVICT)",
+                                       ["source", "outcome"], registry=r)
+        self.cache_evicted_tokens = Counter("strata_prompt_cache_evicted_tokens", "tokens of the evicted prefixes, by "
+                                            "source (CACHE_EVICT)", ["source"], registry=r)
+        for source in ("slot", "store"):  # present at 0 before the first hit or eviction
+            self.cache_hits.labels(source)
+            self.cache_evicted_tokens.labels(source)
         r.register(EngineStatsCollector(stats))
 
     # HTTP layer (event loop)
@@ -120,6 +148,15 @@ class ServerMetrics:
             self.read_pieces.inc()
         elif event.kind == "YIELDED":
             self.give_ways.inc()
+        elif event.kind == "ADMIT":
+            self.cache_queries.inc(event.fields.get("prompt_tokens", 0))
+        elif event.kind == "CACHE_HIT":
+            self.cache_hits.labels(str(event.fields.get("source"))).inc(event.fields.get("tokens", 0))
+        elif event.kind == "CACHE_EVICT":
+            fields = event.fields
+            source = str(fields.get("source"))
+            self.cache_evictions.labels(source, str(fields.get("to") or fields.get("reason"))).inc()
+            self.cache_evicted_tokens.labels(source).inc(fields.get("tokens", 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,7 +14,7 @@ import pytest
 from strata_engine.params import SamplingParams
 
 import strata_engine.engine as engine_mod
-from server_helpers import serving, wait_for
+from server_helpers import metric, serving, wait_for
 from tokens_equal import assert_tokens_equal
 Engine = engine_mod.Engine
 GREEDY = dict(temperature=0, ignore_eos=True)
@@ -147,3 +147,47 @@ def test_greedy_over_http_equals_the_python_api_on_the_torch_engine(which, reque
             assert_tokens_equal(expected=expect.token_ids, actual=streamed, label=f"{prompt!r} streamed", expected_name="python",
                                 actual_name="http")
             assert "".join(c.choices[0].text for c in chunks if c.choices) == expect.text
+
+
+CACHE_PROMPT = [(7 + 31 * i) % 250 for i in range(100)]  # 100 tokens: 96 reusable in whole 16-token chunks on CPU
+OTHER_PROMPT = [(3 + 17 * i) % 250 for i in range(60)]
+CACHE_METRICS = ("strata_prompt_cache_queries_total", "strata_prompt_cache_hits_total",
+                 "strata_prompt_cache_evicted_tokens_total")
+
+
+def _sample(url: str, line_start: str) -> float:
+    """The value of the one /metrics sample whose line starts with `line_start` (name and labels)."""
+    found = [line for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith(line_start + " ")]
+    assert len(found) == 1, f"{line_start} missing from /metrics"
+    return float(found[0].rsplit(" ", 1)[1])
+
+
+@pytest.mark.parametrize("mib", [1024, 0])
+def test_prompt_cache_metrics_grow_by_the_cached_tokens_usage_reports(mib):
+    """The same prompt twice on the embedded model (one slot): queries grow by both prompts, hits (from a slot) by
+    the second response's cached_tokens; another prompt pushes the first out to the host store, whose bytes the
+    gauge shows as /v1/engine does. With --prompt-cache 0 nothing hits, nothing is evicted, the store is 0 B."""
+    engine = Engine.from_pretrained(batch=1, prefill_chunk=16, prompt_cache_mib=mib, log_events=False)
+    with engine, serving(engine) as (url, _app):
+        before = {name: metric(url, name) for name in CACHE_METRICS}
+        usages = [httpx.post(url + "/v1/completions", json={"prompt": CACHE_PROMPT, "max_tokens": 4, **GREEDY},
+                             timeout=300).json()["usage"] for _ in range(2)]
+        first, second = (u["prompt_tokens_details"]["cached_tokens"] for u in usages)
+        grew = {name: metric(url, name) - before[name] for name in CACHE_METRICS}
+        assert grew["strata_prompt_cache_queries_total"] == 2 * len(CACHE_PROMPT)
+        assert first == 0 and grew["strata_prompt_cache_hits_total"] == second
+        assert _sample(url, 'strata_prompt_cache_hits_total{source="slot"}') == second
+        assert _sample(url, 'strata_prompt_cache_hits_total{source="store"}') == 0
+        httpx.post(url + "/v1/completions", json={"prompt": OTHER_PROMPT, "max_tokens": 4, **GREEDY}, timeout=300)
+        info = httpx.get(url + "/v1/engine").json()["prompt_cache"]
+        assert _sample(url, "strata_prompt_cache_store_bytes") == info["store_bytes"]
+        assert _sample(url, "strata_prompt_cache_store_capacity_bytes") == (mib << 20)
+        evictions = engine.events.of_kind("CACHE_EVICT")
+        evicted = sum(e.fields["tokens"] for e in evictions)
+        assert metric(url, "strata_prompt_cache_evicted_tokens_total") - before[CACHE_METRICS[2]] == evicted
+        if mib:  # the slot's prefix goes to the store each time a turn does not repeat all of it
+            assert second > 0 and info["store_bytes"] > 0 and evicted > 0
+            to_store = sum(e.fields["source"] == "slot" and e.fields["to"] == "store" for e in evictions)
+            assert _sample(url, 'strata_prompt_cache_evictions_total{outcome="store",source="slot"}') == to_store > 0
+        else:
+            assert second == 0 and info["store_bytes"] == 0 and evicted == 0
