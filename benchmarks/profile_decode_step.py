@@ -75,7 +75,8 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--prompt", type=int, default=300)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--arms", default="invariant,padding_off,compiled")
+    p.add_argument("--arms", default="invariant,padding_off,compiled",
+                   help="invariant (the engine's tile), padding_off, compiled, tileN (eager at a row tile of N), compiledN (compiled at a tile of N)")
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
     tile = row_tile_for(config)
@@ -86,10 +87,10 @@ def main() -> None:
         torch.set_num_threads(threads)
         for batch in [int(b) for b in args.rows.split(",")]:
             for arm in args.arms.split(","):
-                row_tile = 1 if arm == "padding_off" else tile
+                row_tile = 1 if arm == "padding_off" else int(arm.lstrip("acdeilmopt") or tile)
                 apply_row_tile(model, row_tile)
                 kv = KVCache(config, num_slots=batch, ctx=args.prompt + 4 * args.steps + 8)
-                compiled = CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads) if arm == "compiled" else None
+                compiled = CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads) if arm.startswith("compiled") else None
                 with torch.inference_mode():
                     tokens = []
                     for slot in range(batch):

@@ -112,7 +112,7 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
                         max_tokens=sched.prefill_chunk + sched.batch,
-                        row_tile=default_row_tile(model_config, stages[0].device, dtype), compile=config.compile)
+                        row_tile=default_row_tile(model_config, stages[0].device, dtype, threads), compile=config.compile)
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

@@ -5,15 +5,19 @@ Contract: with `row_tile` > 1 every GEMM of a stage runs on a row count rounded 
 `invariance_holds` says whether that makes logits bitwise batch invariant on this machine: CPU, float32,
 and a start-up probe of the model's own GEMM shapes at the stage's thread count passes.
 
-Why 16 or 32: measured with torch 2.13 + MKL 2024.2 on AVX-512 (see docs/MODEL.md): a linear layer's output
-row is bitwise the same for every row count M >= 16 and any position of the row, at 1, 2, 3, 4 and 8
-threads, for inner sizes K <= 512; below that MKL takes small-matrix paths whose rounding differs
-(M <= K/25 at one thread, and some remainders at two). Per-row reductions (RMSNorm, softmax) give equal
-rows for any M, but elementwise transcendental ops (sigmoid, silu, exp, cos) run 32 floats per vector
-step and the tail through a scalar path that rounds differently: qwen2_moe's shared-expert gate sigmoid
-over [M, 1] moved with M = 16 against 32. Rows padded to a multiple of 16 keep an op on the vector path
-when its row width is even (16 x even = whole steps); a model with an odd width needs 32. CUDA GEMMs pick split-K and tile shapes by problem
-size, so no padding makes them invariant there; that needs fixed-tile kernels (see docs/MODEL.md).
+Which tile: the smallest of 4, 8 and 16 rows that a start-up probe of the model's own GEMM shapes
+passes on this machine, at the stage's thread counts (`default_row_tile`). Measured with torch 2.13 + MKL
+2024.2 on AVX-512 (AMD EPYC; see docs/MODEL.md): under MKL's conditional numerical reproducibility
+(`MKL_CBWR=AUTO,STRICT`, which `config.py` pins) a linear layer's output row is bitwise the same for every
+row count M >= 4 and any position of the row, at 1 and 2 threads, for inner sizes K <= 512 (M = 1..3 take
+small-matrix paths that round differently); without it MKL's default paths needed M >= 16. A tile of 4
+instead of 16 is 10-30% of a decode step at batch 1-6 (fewer padding rows in every GEMM and expert).
+Per-row reductions (RMSNorm, softmax) give equal rows for any M, but elementwise transcendental ops
+(sigmoid, silu, exp, cos) run 32 floats per vector step and the tail through a scalar path that rounds
+differently: qwen2_moe's shared-expert gate sigmoid over [M, 1] moved with M = 16 against 32. So a tile
+must also make M x width a whole number of vector steps for every such op's row width: a model with an
+odd width needs 32. CUDA GEMMs pick split-K and tile shapes by problem size, so no padding makes them
+invariant there; that needs fixed-tile kernels (see docs/MODEL.md).
 """
 from __future__ import annotations
 
@@ -22,23 +26,50 @@ import torch
 from ..model.transformer import MoE
 from .weight_layout import gemm_layout
 
-GEMM_ROW_TILE = 16  # every M >= 16 gave the same rows
-ODD_WIDTH_ROW_TILE = 32  # one vector step of floats: an op over [M, odd width] needs M a multiple of it
+GEMM_ROW_TILES = (4, 8, 16)  # tried smallest first; 16 held under MKL's default paths, 4 under MKL_CBWR
+VECTOR_FLOATS = 32  # one vector step of an elementwise op: M x width must be a multiple of it
+ODD_WIDTH_ROW_TILE = 32  # an op over [M, odd width] needs M a multiple of a whole vector step
 MAX_PROBED_INNER = 512  # larger K took split paths at 2 threads (M up to 128 differed at K=1024)
 
 
-def row_tile_for(config) -> int:
-    """16, or 32 when a transcendental elementwise op runs over an odd row width: qwen2_moe's sigmoid
-    shared-expert gate over [M, 1], silu over an odd expert width, rotary cos/sin over an odd head_dim/2."""
+def _elementwise_widths(config) -> list[int]:
+    """Row widths of the transcendental elementwise ops: rotary cos/sin over head_dim/2, silu over the expert
+    and dense widths, qwen2_moe's sigmoid shared-expert gate over [M, 1] and its expert's silu."""
     widths = [config.head_dim // 2, config.intermediate_size, config.moe_intermediate_size or 2]
     if config.shared_expert_intermediate_size:
         widths += [1, config.shared_expert_intermediate_size]
-    return ODD_WIDTH_ROW_TILE if any(width % 2 for width in widths) else GEMM_ROW_TILE
+    return widths
 
 
-def default_row_tile(config, device: str, dtype: torch.dtype) -> int:
-    """Padding is on by default where it can make logits invariant: CPU in float32."""
-    return row_tile_for(config) if device.startswith("cpu") and dtype == torch.float32 else 1
+def tile_candidates(config) -> list[int]:
+    """The tiles the elementwise ops allow, smallest first: (4, 8, 16) where every width is even enough,
+    else (32,)."""
+    widths = _elementwise_widths(config)
+    fits = [tile for tile in GEMM_ROW_TILES if all(tile * width % VECTOR_FLOATS == 0 for width in widths)]
+    return fits or [ODD_WIDTH_ROW_TILE]
+
+
+def row_tile_for(config) -> int:
+    """The largest candidate tile: what holds without MKL_CBWR (16, or 32 for an odd width). The engine's own
+    choice is `default_row_tile`, probed; this is the tile a caller uses to compare against it."""
+    return tile_candidates(config)[-1]
+
+
+def default_row_tile(config, device: str, dtype: torch.dtype, threads: int | None = None) -> int:
+    """Padding is on by default where it can make logits invariant: CPU in float32, with the smallest
+    candidate tile whose GEMM rows the probe finds independent of the row count at 1 thread and at
+    `threads` (the decode and the prompt thread counts of a stage); the largest candidate when none passes
+    (`invariance_holds` then says so). 1 elsewhere."""
+    if not device.startswith("cpu") or dtype != torch.float32:
+        return 1
+    candidates, inner = tile_candidates(config), gemm_inner_sizes(config)
+    if max(inner) > MAX_PROBED_INNER:
+        return candidates[-1]
+    counts = sorted({1, threads or torch.get_num_threads()})
+    for tile in candidates:
+        if all(probe_gemm_rows(inner, tile, count) for count in counts):
+            return tile
+    return candidates[-1]
 
 
 def padded_rows(rows: int, row_tile: int) -> int:

@@ -162,7 +162,7 @@ class Pipeline:
         self.stages = list(stages)
         if row_tile is None and os.environ.get(ROW_TILE_ENV):  # a measuring knob: 1 = padding off (no invariance claim)
             row_tile = int(os.environ[ROW_TILE_ENV])
-        self.row_tile = default_row_tile(model.config, stages[0].device, dtype) if row_tile is None else row_tile
+        self.row_tile = default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
         self.threads = threads
         apply_row_tile(model, self.row_tile)
         devices = {plan.device for plan in stages}

@@ -10,7 +10,8 @@ import torch
 
 from helpers import ARCHITECTURES
 from strata_engine.model import load_model
-from strata_engine.runtime.invariance import apply_row_tile, invariance_holds, row_tile_for
+from strata_engine.runtime.invariance import (apply_row_tile, default_row_tile, invariance_holds, row_tile_for,
+                                             tile_candidates)
 from strata_engine.model.kv_cache import KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
@@ -86,7 +87,7 @@ def _load(name, hf_checkpoint):
 @pytest.mark.parametrize("name", MODELS)
 def test_logits_bitwise_equal_alone_and_batched(name, threads, hf_checkpoint):
     model = _load(name, hf_checkpoint)
-    tile = row_tile_for(model.config)
+    tile = default_row_tile(model.config, "cpu", torch.float32, threads)  # the engine's own choice, probed here
     differing = compare(model, tile, threads)
     assert not differing, f"{name}, {threads} thread(s), row tile {tile}: logits differ:\n" + "\n".join(differing)
 
@@ -101,9 +102,12 @@ def test_without_padding_logits_move_with_the_batch(threads, hf_checkpoint):
 def test_claim_only_where_it_holds(hf_checkpoint):
     model = _load("strata-tiny-moe", hf_checkpoint)
     config = model.config
-    tile = row_tile_for(config)
-    assert tile == 16, "no odd elementwise width in strata-tiny-moe: 16 rows suffice"
-    assert row_tile_for(_load("qwen2_moe", hf_checkpoint).config) == 32, "the shared-expert gate is a sigmoid over [M, 1]"
+    assert tile_candidates(config) == [4, 8, 16], "no odd elementwise width in strata-tiny-moe"
+    assert row_tile_for(config) == 16, "what held without MKL_CBWR"
+    assert tile_candidates(_load("qwen2_moe", hf_checkpoint).config) == [32], "the shared-expert gate is a sigmoid over [M, 1]"
+    tile = default_row_tile(config, "cpu", torch.float32, 2)
+    assert tile in (4, 8, 16), tile
+    assert default_row_tile(config, "cpu", torch.bfloat16, 2) == 1 and default_row_tile(config, "cuda:0", torch.float32) == 1
     assert invariance_holds(config, "cpu", torch.float32, tile, 1)
     assert invariance_holds(config, "cpu", torch.float32, tile, 2)
     assert not invariance_holds(config, "cpu", torch.float32, 1, 1), "padding off"

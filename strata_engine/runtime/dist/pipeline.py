@@ -62,7 +62,7 @@ class DistPipeline:
             from ...model.weights import read_config, resolve_model_path
 
             try:
-                row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype)
+                row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype, threads)
             except (OSError, ValueError):  # the stage ranks load the model and say what is wrong with it
                 row_tile = 1
         self.row_tile = row_tile
