@@ -40,17 +40,22 @@ _LIBRARY.define("decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cac
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
-    """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding): write each row's key and value
-    at (slot, position), attend over the slot's positions 0..position; padding rows give zeros."""
+    """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding, after the rows): write each
+    row's key and value at (slot, position), attend over the slot's positions 0..position; padding rows
+    give zeros. The writes go in as one indexed copy per cache (one op instead of two a row), and each
+    row attends over a view of its slot: the op's own cost was ~30 us a row against ~26 us of attention."""
     out = torch.zeros_like(q)
-    for i, (slot, position) in enumerate(zip(slots.tolist(), positions.tolist())):
-        if slot < 0:
-            continue
-        k_cache[slot, :, position] = k[i]
-        v_cache[slot, :, position] = v[i]
-        keys, values = k_cache[slot : slot + 1, :, : position + 1], v_cache[slot : slot + 1, :, : position + 1]
-        o = attend_row(q[i : i + 1].transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), positions[i : i + 1], True,
-                       None if window < 0 else window)
+    at = positions.tolist()
+    real = sum(1 for slot in slots.tolist() if slot >= 0)
+    if real == 0:
+        return out
+    k_cache[slots[:real], :, positions[:real]] = k[:real]  # [real, Hkv, hd] at (slot, :, position) each
+    v_cache[slots[:real], :, positions[:real]] = v[:real]
+    grouped = q[:real].unsqueeze(2)  # [real, H, 1, hd]: row i is grouped[i : i + 1]
+    for i, slot in enumerate(slots[:real].tolist()):
+        end = at[i] + 1
+        o = attend_row(grouped[i : i + 1], k_cache[slot : slot + 1, :, :end], v_cache[slot : slot + 1, :, :end],
+                       positions[i : i + 1], True, None if window < 0 else window)
         out[i] = o[0, :, 0]
     return out
 
