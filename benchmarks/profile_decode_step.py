@@ -13,6 +13,7 @@ transport: that is measured on the server, docs/MODEL.md). Prints µs per step p
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -27,7 +28,7 @@ from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model.transformer import MoE, RMSNorm, Attention  # noqa: E402
 from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
-from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
@@ -79,7 +80,7 @@ def main() -> None:
                    help="invariant (the engine's tile), padding_off, compiled, tileN (eager at a row tile of N), compiledN (compiled at a tile of N)")
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
-    tile = row_tile_for(config)
+    tile = default_row_tile(config, "cpu", torch.float32, max(int(t) for t in args.threads.split(",")))  # the engine's
     layers = range(config.num_layers)
     label_modules(model)
     torch.manual_seed(0)
@@ -87,7 +88,7 @@ def main() -> None:
         torch.set_num_threads(threads)
         for batch in [int(b) for b in args.rows.split(",")]:
             for arm in args.arms.split(","):
-                row_tile = 1 if arm == "padding_off" else int(arm.lstrip("acdeilmopt") or tile)
+                row_tile = 1 if arm == "padding_off" else int(re.sub(r"^\D*", "", arm) or tile)
                 apply_row_tile(model, row_tile)
                 kv = KVCache(config, num_slots=batch, ctx=args.prompt + 4 * args.steps + 8)
                 compiled = CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads) if arm.startswith("compiled") else None
