@@ -271,8 +271,17 @@ CHECKS: dict[str, object] = {
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
-    ".venv/bin/strata-bench preset engines --repeat 2 --out runs/engines-table":
-        Skip("18 engine runs, ~10 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
+    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-2026-12-01":
+        Skip("36 engine runs, ~12 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
+    # docs/BATCHING.md, the agents re-measured
+    'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"':
+        Skip("sets a shell variable for the command after it"),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm-2 --arm fastest="$F --prefill-chunk 256" --arm target40="env STRATA_PIPED_PAUSE_TARGET_MS=40 $F --prefill-chunk 256" --arm c128="$F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    # docs/MODEL.md, steady decode: Strata's eager one-stage arm alone, small (the vLLM arm needs its venv)
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "one-stage=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "spec=strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+        Run(((r' --arm "spec=[^"]*" --arm "vllm=[^"]*"', ""), (r" --compile", ""),
+             (r"--rounds 2", "--rounds 1 --streams 2 --tokens 16")), timeout=300),
     # docs/SERVER.md
     ".venv/bin/python benchmarks/bench_prompt_cache.py --rounds 3 --out runs/prompt_cache.json":
         Run(((r"--rounds 3", "--rounds 1 --context 1100"),), timeout=900),
