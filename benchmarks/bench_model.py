@@ -34,7 +34,7 @@ from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
 from strata_engine.runtime.compiled_step import CompiledDecode, recompiles_allowed  # noqa: E402
-from strata_engine.runtime.invariance import apply_row_tile, row_tile_for  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
@@ -106,7 +106,7 @@ def compiled_step(model, config, batch: int, threads: int, ctx: int) -> tuple[KV
     """The compiled decode step for `batch` rows at `threads` threads over its own KV cache, compiled on first
     use (inductor's CPU kernels keep the thread count they were compiled with)."""
     if (batch, threads) not in COMPILED:
-        tile = row_tile_for(config)
+        tile = default_row_tile(config, "cpu", torch.float32, threads)
         apply_row_tile(model, tile)
         kv = KVCache(config, num_slots=batch, ctx=ctx)
         COMPILED[batch, threads] = kv, CompiledDecode(model, range(config.num_layers), kv, True, True, tile, batch, threads)
@@ -142,7 +142,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     model, config = load_model(args.model)
-    tiles = {"ours": row_tile_for(config), "ours_padding_off": 1}  # our arms: name -> row tile (1 = batch invariance off)
+    # our arms: name -> row tile (1 = batch invariance off); the engine's own probed tile at the most threads timed
+    tiles = {"ours": default_row_tile(config, "cpu", torch.float32, max(threads)), "ours_padding_off": 1}
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()
     prompt = prompt_bytes(args.prompt_tokens)
     rows = [prompt_bytes(args.decode_prompt, offset=10_000 * (i + 1)) for i in range(args.batch)]
