@@ -24,20 +24,15 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from strata_bench.engines.launcher import EngineProcess  # noqa: E402
+from strata_bench.engines.probe import probe  # noqa: E402
 from strata_bench.presets import fill_engines  # noqa: E402
-
-
-def served_model(url: str) -> str:
-    """The model id the server answers to (GET /v1/models; vLLM wants its own, Strata takes any)."""
-    data = httpx.get(f"{url}/v1/models", timeout=10.0).json().get("data") or [{}]
-    return str(data[0].get("id", "strata-tiny-moe"))
 
 
 def one_round(url: str, streams: int, tokens: int) -> tuple[float, int]:
     """(tokens per second, tokens) of `streams` concurrent greedy requests of `tokens` each, not streamed:
     a client parsing six SSE streams in Python takes a good part of a 2-core machine, and vLLM's rate
     measured through one dropped by half, so the engines get the cores and answer once at the end."""
-    model = served_model(url)
+    model = probe(url).model or "strata-tiny-moe"  # the id the server answers to (vLLM wants its own)
 
     def post(i: int) -> tuple[int, str | None]:
         body = {"model": model, "prompt": f"def fibonacci_{i}(n):\n    ", "max_tokens": tokens, "temperature": 0,

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from ..scheduler.prompt_cache import MIB
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Decode pauses span 1 ms (a fast decode step) to tens of seconds (a long prompt read in one run).
@@ -28,8 +30,6 @@ STAT_GAUGES = {
     "queue_len": ("strata_queue_length", "requests waiting for a slot"),
     "requests_running": ("strata_requests_running", "requests in a slot"),
 }
-MIB = 1 << 20
-
 
 def prompt_cache_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     """The host store from engine.stats()['prompt_cache'] (what /v1/engine reports): bytes held and its cap."""
