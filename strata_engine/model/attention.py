@@ -9,8 +9,13 @@ exact-math paths, chosen by shape only (never by batch composition):
     call is ~25% slower on CPU and needs a [T, L] mask built per row;
   - anything else: one call with an additive mask.
 With a sliding window W (`window`), a query at position p sees keys (p - W, p] only, as transformers'
-sliding-window mask does: decode slices its last W keys; a chunk whose window starts past key 0 takes
-the masked call over the keys its queries can see.
+sliding-window mask does: decode slices its last W keys. A chunk of T < W consecutive queries at p..p+T-1
+past the window (on CPU, float32) needs no mask either: the keys every query sees, [p+T-W, p), go in one
+flash call; the chunk itself is causal; and the band [p-W+1, p+T-W), where query i sees key j of the band
+iff j >= i, is causal too once queries and keys are both reversed. The three parts merge by their
+log-sum-exps, as the prefix and chunk do above. The masked call over every key the chunk sees costs
+~1.3x (6.4 against 4.9 ms a layer at 256 queries, 1 thread) and builds a [T, T+W-1] mask per row.
+Any other windowed shape takes that masked call.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positi
     """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd]."""
     tokens, length = q.shape[2], keys.shape[2]
     if window is not None and length > window:
-        return _windowed(q, keys, values, positions, window)
+        return _windowed(q, keys, values, positions, window, consecutive)
     if tokens == 1:
         return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
     start = length - tokens
@@ -38,10 +43,14 @@ def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positi
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
-def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int,
+              consecutive: bool) -> torch.Tensor:
     """Sliding-window attention: the query at position p sees keys (p - window, p]."""
     tokens, length = q.shape[2], keys.shape[2]
     low = max(0, int(positions[0]) - window + 1) if tokens > 1 else length - window  # the first key any query sees
+    if consecutive and 1 < tokens < window and low > 0 and _flash_cpu is not None \
+            and q.device.type == "cpu" and q.dtype == torch.float32:
+        return _band_window_chunk(q, keys, values, length - tokens, window)
     keys, values = keys[:, :, low:], values[:, :, low:]
     if tokens == 1:
         return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
@@ -49,6 +58,41 @@ def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positio
     seen = (key_positions <= positions[:, None]) & (key_positions > positions[:, None] - window)  # [T, L']
     mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+def _band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, window: int) -> torch.Tensor:
+    """T consecutive queries at start..start+T-1 (1 < T < window, start >= window): the shared keys, the
+    band and the chunk, each a flash call without a mask, merged (module docstring)."""
+    _, heads, tokens, head_dim = q.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    shared, band = start + tokens - window, start - window + 1  # [shared, start): every query; [band, shared): the band
+    folded = q.reshape(1, kv_heads, group * tokens, head_dim)
+    out_shared, lse_shared = _flash_cpu(folded, keys[:, :, shared:start], values[:, :, shared:start], 0.0, False)[:2]
+    parts = [(out_shared.reshape(1, heads, tokens, head_dim), lse_shared.reshape(1, heads, tokens))]
+    chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
+    chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
+    parts.append(_flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2])
+    # The band's T-1 keys, reversed, against queries T-2..0 (the last query sees none of it): causal.
+    band_keys = keys[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
+    band_values = values[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
+    out_band, lse_band = _flash_cpu(q[:, :, : tokens - 1].flip(2), band_keys, band_values, 0.0, True)[:2]
+    parts.append((torch.cat([out_band.flip(2), out_band.new_zeros(1, heads, 1, head_dim)], dim=2),
+                  torch.cat([lse_band.flip(2), lse_band.new_full((1, heads, 1), float("-inf"))], dim=2)))
+    return _merge(parts)
+
+
+def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Softmax over the union of key sets = each part's softmax weighted by its share of the total exp-sum."""
+    top = parts[0][1]
+    for _, lse in parts[1:]:
+        top = torch.maximum(top, lse)
+    shares = [(lse - top).exp_() for _, lse in parts]
+    total = sum(shares[1:], shares[0])
+    out = parts[0][0] * (shares[0] / total)[..., None]
+    for (o, _), share in zip(parts[1:], shares[1:]):
+        out.add_(o * (share / total)[..., None])
+    return out
 
 
 def _prefix_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
@@ -63,9 +107,4 @@ def _prefix_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     lse_prefix = lse_prefix.reshape(1, heads, tokens)
     chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
     chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
-    out_chunk, lse_chunk = _flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]
-    # softmax over the union = each part's softmax weighted by its share of the total exp-sum
-    top = torch.maximum(lse_prefix, lse_chunk)
-    w_prefix, w_chunk = (lse_prefix - top).exp_(), (lse_chunk - top).exp_()
-    total = w_prefix + w_chunk
-    return (out_prefix * (w_prefix / total)[..., None]).add_(out_chunk * (w_chunk / total)[..., None])
+    return _merge([(out_prefix, lse_prefix), _flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]])

@@ -11,12 +11,15 @@ from strata_engine.model.transformer import MoE
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8
 
 
-def reference(q, keys, values, positions):
-    """Softmax attention written out: query t sees keys 0..positions[t]."""
+def reference(q, keys, values, positions, window=None):
+    """Softmax attention written out: query t sees keys 0..positions[t] (the last `window` of them)."""
     k = keys.repeat_interleave(HEADS // KV_HEADS, dim=1)
     v = values.repeat_interleave(HEADS // KV_HEADS, dim=1)
     scores = q @ k.transpose(-1, -2) / HEAD_DIM**0.5  # [1, H, T, L]
-    hidden = torch.arange(keys.shape[2])[None, :] > positions[:, None]
+    key_positions = torch.arange(keys.shape[2])[None, :]
+    hidden = key_positions > positions[:, None]
+    if window is not None:
+        hidden |= key_positions <= positions[:, None] - window
     return scores.masked_fill(hidden, float("-inf")).softmax(-1) @ v
 
 
@@ -33,6 +36,25 @@ def test_attend_row_paths_match_reference(positions, consecutive):
     q = torch.randn(1, HEADS, len(positions), HEAD_DIM, generator=gen)
     keys, values = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=gen) for _ in range(2))
     torch.testing.assert_close(attend_row(q, keys, values, pos, consecutive), reference(q, keys, values, pos), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("positions, consecutive", [
+    ([40], False),  # decode past the window: its last W keys
+    (list(range(20, 27)), True),  # a chunk past the window: shared keys, band and chunk, each unmasked, merged
+    (list(range(13, 16)), True),  # the smallest such chunk start (position W)
+    (list(range(9, 16)), True),  # the window starts at key 0 for the first queries: the masked call
+    (list(range(20, 40)), True),  # a chunk longer than the window: the masked call
+    ([18, 20, 21, 30], False),  # not consecutive: the masked call
+])
+def test_windowed_paths_match_reference(positions, consecutive):
+    window = 13
+    gen = torch.Generator().manual_seed(len(positions) + positions[0])
+    pos = torch.tensor(positions)
+    length = positions[-1] + 1
+    q = torch.randn(1, HEADS, len(positions), HEAD_DIM, generator=gen)
+    keys, values = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=gen) for _ in range(2))
+    expected = reference(q, keys, values, pos, window)
+    torch.testing.assert_close(attend_row(q, keys, values, pos, consecutive, window), expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("experts, top_k", [(4, 2), (8, 2)])
