@@ -84,7 +84,8 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
         split_layers(model, stages, dtype)
-        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, compile=config.compile)
+        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
+                            compile=config.compile, decode_all_threads=sched.decode_all_threads)
     if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
@@ -108,7 +109,8 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
     from .runtime.invariance import default_row_tile
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
-    # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token.
+    # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
+    # probed tile in their StageSpec (STRATA_ROW_TILE, sched.row_tile, is the thread pipeline's knob only).
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
                         max_tokens=sched.prefill_chunk + sched.batch,

@@ -28,6 +28,10 @@ DEFAULT_PROMPT_CACHE_MIB = 1024
 PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
 STAGE_RANKS = ("launch", "join")
+# Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
+# (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
+ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: the thread pipeline pads rows to this tile (1 = off) instead of the default
+DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
 
 ENV_HELP = {
     "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
@@ -59,7 +63,7 @@ def env_number(env: Mapping[str, str], name: str, cast: type, default: float, mi
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Knobs of the pure-Python scheduler (no torch)."""
+    """Knobs of the pure-Python scheduler (no torch), and the measuring knobs the torch backend takes from it."""
 
     batch: int = 4
     batch_groups: int = 1  # resolved (auto already replaced by the stage count)
@@ -74,6 +78,8 @@ class SchedulerConfig:
     pause_target_ms: float = 0.0
     prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
     prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
+    row_tile: int | None = None  # STRATA_ROW_TILE for the thread pipeline; None = the probed tile
+    decode_all_threads: bool = False  # STRATA_DECODE_ALL_THREADS: no decode at 1 thread in thread stages
 
     def __post_init__(self) -> None:
         if self.prompt_cache_mib < 0 or self.prompt_cache_min_tokens < 1:
@@ -114,6 +120,9 @@ class SchedulerConfig:
         if values["decode_max_ms"] < values["decode_min_ms"]:
             warnings.warn("STRATA_PIPED_DECODE_MAX_MS is below STRATA_PIPED_DECODE_MIN_MS; using both defaults", stacklevel=2)
             values["decode_min_ms"], values["decode_max_ms"] = ENV_VARS["STRATA_PIPED_DECODE_MIN_MS"][2], ENV_VARS["STRATA_PIPED_DECODE_MAX_MS"][2]
+        if env.get(ROW_TILE_ENV):
+            values["row_tile"] = int(env[ROW_TILE_ENV])
+        values["decode_all_threads"] = bool(env.get(DECODE_ALL_THREADS_ENV))
         return replace(self, **values)
 
 

@@ -10,7 +10,6 @@ row's logits bitwise independent of the rows beside it here (runtime/invariance.
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -26,9 +25,6 @@ from ..model.kv_cache import KVCache
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
-
-ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: the thread pipeline pads rows to this tile (1 = off) instead of the default
-DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
 
 
 @dataclass(frozen=True)
@@ -156,12 +152,12 @@ class Pipeline:
     """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
     def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
-                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None, compile: bool = False):
-        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1).
-        compile: decode-only micro-batches through each stage's compiled step, compiled here (the warm-up)."""
+                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None, compile: bool = False,
+                 decode_all_threads: bool = False):
+        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1;
+        1 = padding off, no invariance claim). compile: decode-only micro-batches through each stage's compiled
+        step, compiled here (the warm-up). decode_all_threads: decode parts at the stages' full thread count."""
         self.stages = list(stages)
-        if row_tile is None and os.environ.get(ROW_TILE_ENV):  # a measuring knob: 1 = padding off (no invariance claim)
-            row_tile = int(os.environ[ROW_TILE_ENV])
         self.row_tile = default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
         self.threads = threads
         apply_row_tile(model, self.row_tile)
@@ -183,7 +179,7 @@ class Pipeline:
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
         # thread cost more than it bought (docs/MODEL.md, "Where a decode step goes, today"); prompt chunks keep
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
-        decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not os.environ.get(DECODE_ALL_THREADS_ENV) else None
+        decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
         self._workers = [
             Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c,
                   decode_threads)

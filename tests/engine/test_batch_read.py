@@ -148,3 +148,14 @@ def test_decode_max_below_min_falls_back_to_both_defaults():
 def test_piece_env_zero_means_one_run():
     cfg = SchedulerConfig(batch=4, batch_groups=2).with_env({"STRATA_PIPED_READ_PIECE": "0"})
     assert batch_read_piece(cfg.prefill_chunk, cfg.batch_groups, cfg.piped_read_piece) == 0
+
+
+def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
+    unset = SchedulerConfig().with_env({})
+    assert (unset.row_tile, unset.decode_all_threads) == (None, False)
+    empty = SchedulerConfig().with_env({"STRATA_ROW_TILE": "", "STRATA_DECODE_ALL_THREADS": ""})
+    assert (empty.row_tile, empty.decode_all_threads) == (None, False)
+    cfg = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "0"})  # any value sets it
+    assert (cfg.row_tile, cfg.decode_all_threads) == (1, True)
+    with pytest.raises(ValueError):
+        SchedulerConfig().with_env({"STRATA_ROW_TILE": "abc"})
