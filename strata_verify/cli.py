@@ -1,13 +1,13 @@
 """`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds, cache).
 
-Each subcommand is a small function: parse options, run the check, hand the Report to `_finish`,
-which prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0 (every check holds),
-1 (a check failed or was not exercised) or 2 (the gate could not run; the engine's stderr is shown).
+Each subcommand is a small function: parse options, then hand the Report and the check to `_run_check`,
+which runs it and, through `_finish`, prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0
+(every check holds), 1 (a check failed or was not exercised) or 2 (the gate could not run; the engine's stderr
+is shown).
 """
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import click
@@ -17,9 +17,8 @@ from strata_verify.behaviours import BEHAVIOURS, parse_lacks
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
 from strata_verify.cache.cli import cache
-from strata_verify.cli_common import finish as _finish, gate_failed as _gate_failed, output_options as _output_options
-from strata_verify.cli_common import progress as _progress, target as _target
-from strata_verify.client import GateError
+from strata_verify.cli_common import finish as _finish, output_options as _output_options, progress as _progress
+from strata_verify.cli_common import run_check as _run_check, target as _target
 from strata_verify.determinism import DeterminismOptions, run_determinism
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.check import InterleaveOptions, run_interleave
@@ -69,20 +68,14 @@ def interleave(engine, url, scale, tokens, vocab, lacks, timeout, near_tie, star
     if url:
         report.meta["solo runs"] = ("on the same server after the interleaved run (--url: not a fresh engine); "
                                     "each request skips the prefix cache where the server has that switch")
-    raw: dict = {}
-    started = time.monotonic()
-    _progress(f"interleave on {target.describe()}")
-    try:
-        run = run_interleave(target, options)
-        report.add(*run.steps)
-        raw = run.to_dict()
+
+    def then(run) -> None:
         report.meta["server"] = run.info.get("family", "?")
         if run.cache:
             report.meta["prefix cache"] = run.cache
-    except GateError as exc:
-        _gate_failed(report, exc)
-    report.meta["seconds"] = round(time.monotonic() - started, 1)
-    _finish(report, markdown, junit_path, json_path, raw)
+
+    _run_check(report, f"interleave on {target.describe()}", lambda: run_interleave(target, options), markdown,
+               junit_path, json_path, then)
 
 
 @main.command()
@@ -108,21 +101,15 @@ def determinism(engine, url, tokens, save_path, against_path, near_tie, start_ti
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     report.meta["tokens"] = options.tokens
-    raw: dict = {}
-    started = time.monotonic()
-    _progress(f"determinism on {target.describe()}")
-    try:
-        run = run_determinism(target, options)
-        report.add(*run.steps)
-        raw = run.to_dict()
+
+    def then(run) -> None:
         if against is not None:
             report.add(*manifest.compare(against, run, label=Path(against_path).name))
         if save_path:
             report.add(_save(run, save_path))
-    except GateError as exc:
-        _gate_failed(report, exc)
-    report.meta["seconds"] = round(time.monotonic() - started, 1)
-    _finish(report, markdown, junit_path, json_path, raw)
+
+    _run_check(report, f"determinism on {target.describe()}", lambda: run_determinism(target, options), markdown,
+               junit_path, json_path, then)
 
 
 def _save(run, path: str) -> Step:
@@ -157,17 +144,8 @@ def answers(engine, url, against_path, logprob_tol, timeout, near_tie, start_tim
     target = _target(engine, url, default_engine_command(0.05, needed), start_timeout)
     report.meta["engine"] = target.describe()
     report.meta["expected"] = independent.made_by(reference)
-    raw: dict = {}
-    started = time.monotonic()
-    _progress(f"answers on {target.describe()}")
-    try:
-        run = run_answers(target, reference, expected, options)
-        report.add(*run.steps)
-        raw = run.to_dict()
-    except GateError as exc:
-        _gate_failed(report, exc)
-    report.meta["seconds"] = round(time.monotonic() - started, 1)
-    _finish(report, markdown, junit_path, json_path, raw)
+    _run_check(report, f"answers on {target.describe()}", lambda: run_answers(target, reference, expected, options),
+               markdown, junit_path, json_path)
 
 
 _BUILD = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$", re.S)
@@ -211,29 +189,24 @@ def builds(engines, scale, tokens, interleave_tokens, only, against_path, timeou
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     report = Report(meta={"check": "builds", **{f"build {t.name}": t.describe() for t in targets}, "scale": scale})
-    raw: dict = {}
-    started = time.monotonic()
-    _progress("builds " + ", ".join(t.name for t in targets))
     def on_step(step: Step) -> None:  # steps are kept as they come, so a later gate error loses none
         report.add(step)
         _progress(f"[{step.status}] {step.title}")
 
-    answers = None
-    if only in (None, "answers"):
-        try:
-            reference, expected = independent.load(against_path)
-            answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
-        except manifest.ManifestError as exc:
-            report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
-            _finish(report, markdown, junit_path, json_path, {})
-    try:
-        run = run_builds(targets, iopts if only in (None, "interleave") else None,
-                         dopts if only in (None, "determinism") else None, on_step=on_step, answers=answers)
-        raw = run.to_dict()
-    except GateError as exc:
-        _gate_failed(report, exc)
-    report.meta["seconds"] = round(time.monotonic() - started, 1)
-    _finish(report, markdown, junit_path, json_path, raw)
+    def check():  # the independent answers are read after the progress line, and their error ends the run here
+        answers = None
+        if only in (None, "answers"):
+            try:
+                reference, expected = independent.load(against_path)
+                answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
+            except manifest.ManifestError as exc:
+                report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
+                _finish(report, markdown, junit_path, json_path, {})
+        return run_builds(targets, iopts if only in (None, "interleave") else None,
+                          dopts if only in (None, "determinism") else None, on_step=on_step, answers=answers)
+
+    _run_check(report, "builds " + ", ".join(t.name for t in targets), check, markdown, junit_path, json_path,
+               add_steps=False)
 
 
 main.add_command(cache)

@@ -1,11 +1,14 @@
 """What every `strata-verify` subcommand shares: the output options, the target (an engine command or a URL),
-and `finish`, which prints the report as text or markdown, writes JUnit and JSON, and exits with its status.
+`run_check`, which runs a check into the report, and `finish`, which prints the report as text or markdown,
+writes JUnit and JSON, and exits with its status.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any, Callable, NoReturn
 
 import click
 
@@ -33,7 +36,7 @@ def target(engine: str | None, url: str | None, default: str, start_timeout: flo
     return Target(command=engine or default, start_timeout=start_timeout)
 
 
-def finish(report: Report, markdown: bool, junit_path: str | None, json_path: str | None, raw: dict) -> None:
+def finish(report: Report, markdown: bool, junit_path: str | None, json_path: str | None, raw: dict) -> NoReturn:
     click.echo(report.render_markdown() if markdown else report.render_text())
     if junit_path:
         junit.write(report, junit_path)
@@ -41,6 +44,27 @@ def finish(report: Report, markdown: bool, junit_path: str | None, json_path: st
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
     sys.exit(report.exit_code)
+
+
+def run_check(report: Report, message: str, check: Callable[[], Any], markdown: bool, junit_path: str | None,
+              json_path: str | None, then: Callable[[Any], None] | None = None, add_steps: bool = True) -> NoReturn:
+    """Say `message`, run `check()` and time it: its run's steps go into the report (add_steps=False: the check
+    added them as they came), `then(run)` adds what the run says about itself, a GateError becomes the report's
+    gate error; then `finish` with the run's raw results ({} when the gate could not run)."""
+    raw: dict = {}
+    started = time.monotonic()
+    progress(message)
+    try:
+        run = check()
+        if add_steps:
+            report.add(*run.steps)
+        raw = run.to_dict()
+        if then is not None:
+            then(run)
+    except GateError as exc:
+        gate_failed(report, exc)
+    report.meta["seconds"] = round(time.monotonic() - started, 1)
+    finish(report, markdown, junit_path, json_path, raw)
 
 
 def gate_failed(report: Report, exc: GateError) -> None:

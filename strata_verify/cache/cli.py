@@ -1,16 +1,13 @@
 """`strata-verify cache`: the prompt-cache check's command line (options, report header, exit status)."""
 from __future__ import annotations
 
-import time
-
 import click
 
 from strata_verify.behaviours import parse_lacks
 from strata_verify.cache.check import run_cache
 from strata_verify.cache.steps import cache_label
 from strata_verify.cache.plan import CACHE_BEHAVIOURS, CachePlan, CacheOptions
-from strata_verify.cli_common import finish, gate_failed, output_options, progress, target
-from strata_verify.client import GateError
+from strata_verify.cli_common import output_options, run_check, target
 from strata_verify.report import Report
 
 DEFAULT_ENGINE = "strata-engine serve"  # the prompt cache is on by default
@@ -53,18 +50,12 @@ def cache(engine, url, scale, sessions, turns, evict_sessions, evict_mib, tokens
     report = Report(meta={"check": "cache", "engine": where.describe(), "scale": scale, "sizes": plan.describe()})
     if options.lacks:
         report.meta["declared absent"] = ", ".join(sorted(options.lacks))
-    raw: dict = {}
-    started = time.monotonic()
-    progress(f"cache on {where.describe()}")
-    try:
-        run = run_cache(where, options)
-        report.add(*run.steps)
-        raw = run.to_dict()
+
+    def then(run) -> None:
         report.meta["server"] = run.info.get("family", "?")
         report.meta["cold reads"] = run.cold_how
         if run.cache_info is not None:
             report.meta["prompt cache"] = cache_label(run.cache_info)
-    except GateError as exc:
-        gate_failed(report, exc)
-    report.meta["seconds"] = round(time.monotonic() - started, 1)
-    finish(report, markdown, junit_path, json_path, raw)
+
+    run_check(report, f"cache on {where.describe()}", lambda: run_cache(where, options), markdown, junit_path,
+              json_path, then)
