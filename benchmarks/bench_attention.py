@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""The engine's attention paths against the plain alternatives they replaced, at the model's shapes, on the CPU.
+
+docs/MODEL.md ("What each thing tried bought") cites two attention timings; this script reproduces them,
+in one process with the compared arms alternating (A, B, B, A, ...), at --threads threads, float32, the
+model's head counts, head_dim and sliding window read from its config:
+
+  1. decode, one query of one row over --keys cached keys: `attend_row` (the flash kernel, as the engine
+     calls it) against two bmm's and a softmax (the query heads sharing a kv head folded by a reshape);
+  2. a prompt chunk of --chunk consecutive queries past the window, starting at each of --starts:
+     `attend_row` (three unmasked flash calls merged, `_band_window_chunk`) against the one masked
+     `scaled_dot_product_attention` over every key the chunk sees (the path it replaced).
+
+Inputs are views of a KV cache, as the engine passes them. Each arm's output is compared with a float64
+reference computed with plain math (max abs difference). Every cell is the median and min over --repeats
+samples after warm-up; a sample is the mean of enough calls to take ~--sample-ms. B/A is of the medians.
+
+  .venv/bin/python benchmarks/bench_attention.py
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from strata_bench.provenance import device_info  # noqa: E402
+from strata_engine.model import load_model  # noqa: E402
+from strata_engine.model.attention import _flash_cpu, attend_row  # noqa: E402
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def calls_per_sample(fn: Callable[[], object], sample_ms: float) -> int:
+    """How many calls make one sample of ~sample_ms (at least one), from a short timed run."""
+    start, calls = time.perf_counter(), 0
+    while calls < 3 or time.perf_counter() - start < sample_ms / 1e3:
+        fn()
+        calls += 1
+    per_call = (time.perf_counter() - start) / calls
+    return max(1, round(sample_ms / 1e3 / per_call))
+
+
+def alternate(arms: dict[str, Callable[[], object]], repeats: int, warmup: int, sample_ms: float) -> dict[str, list[float]]:
+    """µs per call of each arm, one sample per arm per repeat, the order flipped every repeat (A, B, B, A, ...)."""
+    names = list(arms)
+    calls = {name: calls_per_sample(fn, sample_ms) for name, fn in arms.items()}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(warmup + repeats):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            fn, n = arms[name], calls[name]
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if i >= warmup:
+                samples[name].append((time.perf_counter() - start) / n * 1e6)
+    return samples
+
+
+def reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor,
+              window: int | None) -> torch.Tensor:
+    """float64 softmax(q k^T / sqrt(hd) + mask) v, the query at p seeing keys (p - window, p]: [1, H, T, hd]."""
+    heads, kv_heads, head_dim = q.shape[1], keys.shape[1], q.shape[3]
+    q64 = q[0].double()
+    k64 = keys[0].double().repeat_interleave(heads // kv_heads, dim=0)
+    v64 = values[0].double().repeat_interleave(heads // kv_heads, dim=0)
+    scores = q64 @ k64.transpose(1, 2) / math.sqrt(head_dim)  # [H, T, L]
+    seen = key_positions[None, :] <= positions[:, None]
+    if window is not None:
+        seen &= key_positions[None, :] > positions[:, None] - window
+    scores = scores.masked_fill(~seen, float("-inf"))
+    return (scores.softmax(-1) @ v64)[None]
+
+
+def bmm_softmax(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """One query, no mask: [1, H, 1, hd] against [1, Hkv, L, hd] as two bmm's and a softmax -> [1, H, 1, hd]."""
+    heads, kv_heads, head_dim = q.shape[1], keys.shape[1], q.shape[3]
+    folded = q.reshape(kv_heads, heads // kv_heads, head_dim)  # the query heads sharing a kv head: one bmm
+    scores = torch.bmm(folded, keys[0].transpose(1, 2)).mul_(1 / math.sqrt(head_dim)).softmax(-1)
+    return torch.bmm(scores, values[0]).reshape(1, heads, 1, head_dim)
+
+
+def masked_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+    """The single masked call over every key a chunk past the window sees (attention.py's path before the band)."""
+    low = int(positions[0]) - window + 1
+    key_positions = torch.arange(low, keys.shape[2])[None, :]
+    seen = (key_positions <= positions[:, None]) & (key_positions > positions[:, None] - window)  # [T, T+W-1]
+    mask = torch.zeros(seen.shape, dtype=q.dtype).masked_fill_(~seen, float("-inf"))
+    return F.scaled_dot_product_attention(q, keys[:, :, low:], values[:, :, low:], attn_mask=mask, enable_gqa=True)
+
+
+def row_inputs(config, queries: int, length: int, generator: torch.Generator):
+    """q [1, H, T, hd] (a transposed view, as the engine passes it) at the last T positions of a row of
+    `length` keys, and that row's keys and values as views of a cache with spare room after them."""
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    q = torch.randn(queries, heads, head_dim, generator=generator).transpose(0, 1)[None]
+    k_cache, v_cache = (torch.randn(2, kv_heads, length + 64, head_dim, generator=generator) for _ in range(2))
+    positions = torch.arange(length - queries, length)
+    return q, k_cache[:1, :, :length], v_cache[:1, :, :length], positions
+
+
+def row(shape: str, samples: dict[str, list[float]], errors: list[float]) -> str:
+    (a, sa), (b, sb) = samples.items()
+    ma, mb = statistics.median(sa), statistics.median(sb)
+    return (f"| {shape} | {ma:.1f} / {min(sa):.1f} | {mb:.1f} / {min(sb):.1f} | {mb / ma:.2f} "
+            f"| {errors[0]:.1e} | {errors[1]:.1e} |")
+
+
+def header(first: str, a: str, b: str) -> str:
+    return (f"| {first} | {a}: median / min µs | {b}: median / min µs | B/A | max abs diff A vs float64 "
+            f"| B vs float64 |\n|---|---:|---:|---:|---:|---:|")
+
+
+def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).abs().max())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Arms alternate A, B, B, A, ... in one process; --repeats samples each after --warmup.")
+    p.add_argument("--model", default="strata-tiny-moe", help="whose config gives the head counts, head_dim and window")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as the engine decodes on 2 cores)")
+    p.add_argument("--repeats", type=int, default=30, help="timed samples per arm (median and min shown)")
+    p.add_argument("--warmup", type=int, default=4, help="untimed samples per arm first")
+    p.add_argument("--sample-ms", type=float, default=2.0, help="a sample is the mean of as many calls as take about this long")
+    p.add_argument("--keys", default="100,300,1024", help="section 1: comma-separated cached keys of the decode row")
+    p.add_argument("--chunk", type=int, default=256, help="section 2: consecutive queries in the prompt chunk")
+    p.add_argument("--starts", default="1024,1536,2048,2560",
+                   help="section 2: comma-separated first positions of the chunk (each >= the window)")
+    args = p.parse_args()
+    _, config = load_model(args.model)
+    window = config.sliding_window
+    torch.set_num_threads(args.threads)
+    generator = torch.Generator().manual_seed(0)
+    print(f"{args.model}: {config.num_heads} query heads, {config.num_kv_heads} kv heads, head_dim {config.head_dim}, "
+          f"window {window}; float32")
+    print(f"CPU {device_info()['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+          f"{args.repeats} alternating samples per arm after {args.warmup} warm-up")
+
+    print("\n1. Decode attention of one row (one query): A = attend_row (flash), B = two bmm's and a softmax\n")
+    print(header("keys", "A flash", "B bmm+softmax"))
+    with torch.inference_mode():
+        for length in ints(args.keys):
+            q, keys, values, positions = row_inputs(config, 1, length, generator)
+            seen_k, seen_v = (keys, values) if window is None or length <= window else \
+                (keys[:, :, -window:], values[:, :, -window:])  # what attend_row slices for a windowed decode
+            arms = {"A": lambda: attend_row(q, keys, values, positions, True, window),
+                    "B": lambda: bmm_softmax(q, seen_k, seen_v)}
+            ref = reference(q, keys, values, positions, torch.arange(length), window)
+            errors = [max_diff(fn(), ref) for fn in arms.values()]
+            print(row(f"{length:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+
+        print(f"\n2. A {args.chunk}-query prompt chunk past the window: A = attend_row (three unmasked flash calls merged), "
+              f"B = one masked call over every key it sees\n")
+        if window is None or _flash_cpu is None or not 1 < args.chunk < window:
+            print(f"skipped: needs a sliding window larger than the chunk and the CPU flash op (window {window}, "
+                  f"chunk {args.chunk}, flash op {'present' if _flash_cpu is not None else 'absent'})")
+            return
+        print(header("start (keys seen)", "A band + flash", "B masked"))
+        for start in ints(args.starts):
+            if start < window:
+                p.error(f"--starts: {start} is inside the window ({window}); the band path needs start >= window")
+            length = start + args.chunk
+            q, keys, values, positions = row_inputs(config, args.chunk, length, generator)
+            arms = {"A": lambda: attend_row(q, keys, values, positions, True, window),
+                    "B": lambda: masked_chunk(q, keys, values, positions, window)}
+            low = start - window + 1
+            ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
+            errors = [max_diff(fn(), ref) for fn in arms.values()]
+            print(row(f"{start:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+
+
+if __name__ == "__main__":
+    main()
