@@ -19,6 +19,7 @@ ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
     "STRATA_PIPED_DECODE_MAX_MS": ("decode_max_ms", float, 400.0, 0.0),
     "STRATA_PIPED_READ_MIX": ("read_mix", int, 0, 0),
     "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
+    "STRATA_PIPED_DECODE_MERGE": ("decode_merge", int, 0, 0),
 }
 
 STAGE_WORKERS = ("auto", "thread", "dist")
@@ -40,6 +41,7 @@ ENV_HELP = {
     "STRATA_PIPED_DECODE_MAX_MS": "cap of the decode budget after a piece (ms)",
     "STRATA_PIPED_READ_MIX": "1 = mixed read: every micro-batch carries one read chunk plus a group's decode tokens",
     "STRATA_PIPED_PAUSE_TARGET_MS": "while a slot decodes, end each read run before T ms (predicted from the run's own measured chunk times); with the mixed read, decode tokens ride only when due; 0 = off",
+    "STRATA_PIPED_DECODE_MERGE": "1 = while nothing is read, every group's decoding rows go as one micro-batch (one pass through the stages instead of one per group); reads keep the groups",
 }
 
 
@@ -76,6 +78,7 @@ class SchedulerConfig:
     decode_max_ms: float = 400.0
     read_mix: int = 0
     pause_target_ms: float = 0.0
+    decode_merge: int = 0
     prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
     prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
     row_tile: int | None = None  # STRATA_ROW_TILE for the thread pipeline; None = the probed tile

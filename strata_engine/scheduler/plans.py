@@ -194,8 +194,14 @@ def plan_step(
     if waiting and free is not None:
         return read(waiting[0], Start.ADMIT, free, fresh=True)
     if groups:
-        return DecodePlan(groups, IDLE_DECODE_ROUNDS)
+        return DecodePlan(merged(groups) if config.decode_merge else groups, IDLE_DECODE_ROUNDS)
     return IDLE
+
+
+def merged(groups: Groups) -> Groups:
+    """Every group's decoding rows as one group: with nothing to read, one micro-batch a round crosses the
+    stages instead of one per group (`STRATA_PIPED_DECODE_MERGE`)."""
+    return (tuple(request for group in groups for request in group),)
 
 
 def plan_boundary(*, config: SchedulerConfig, read: ActiveRead, slots: SlotTable, waiting: Sequence[Request],

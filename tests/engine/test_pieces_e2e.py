@@ -99,8 +99,9 @@ def test_interleaved_equals_solo(solo, piece_chunks):
 
 # -- the mixed read and the pause target on the real torch pipeline ---------------------------------
 @pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
-                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"}],
-                         ids=["mixed", "target", "mixed-target"])
+                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"},
+                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_DECODE_MERGE": "1"}],
+                         ids=["mixed", "target", "mixed-target", "mixed-merged"])
 def test_modes_interleaved_equal_solo(solo, env):
     """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
     long_params = SamplingParams(max_tokens=200, ignore_eos=True)

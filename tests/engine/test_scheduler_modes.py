@@ -182,3 +182,27 @@ def test_pause_target_idle_read_gives_way_to_a_short_question_at_a_chunk_boundar
     reads = [c[2] for c in h.executor.calls if c[0] == "read" and c[1] == "read45k"]
     assert len(reads) == 2 and reads[1][0][0] == y.fields["tokens_read"]  # resumed where it stopped
     assert_solo(h, ["read45k", "question"])
+
+
+# -- the merged decode --------------------------------------------------------------------------------
+def test_merged_decode_sends_every_group_as_one_micro_batch_while_nothing_is_read():
+    h = Harness(**PIPED, read_mix=1, decode_merge=1)
+    names = streams(h, 4)
+    h.add("join64k", 64 * K, max_tokens=8, at=2.0)
+    stop_streams_after(h, names, "join64k")
+    h.run()
+    decodes = [c[1] for c in h.executor.calls if c[0] == "decode"]
+    assert decodes and all(len(groups) == 1 for groups in decodes)  # one group: both groups' rows together
+    assert (4,) in decodes  # all four streams in it once they all decode
+    mix = h.events_of("MIX", "join64k")[0]
+    assert mix.fields["decode_tokens"] > 100  # the read still carries the groups' tokens, a group at a time
+    assert_solo(h, names + ["join64k"])
+
+
+def test_without_the_merge_each_group_is_its_own_micro_batch():
+    h = Harness(**PIPED, read_mix=1)
+    names = streams(h, 4)
+    h.clock.at(3.0, lambda: [h.scheduler.cancel(n) for n in names])
+    h.run()
+    decodes = [c[1] for c in h.executor.calls if c[0] == "decode"]
+    assert (2, 2) in decodes and all(len(groups) == 2 for groups in decodes)
