@@ -197,6 +197,7 @@ CHECKS: dict[str, object] = {
     'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --batch 6"':
         Skip("a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"),
     ".venv/bin/python benchmarks/bench_weight_layout.py": Run(((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)),
+    ".venv/bin/python benchmarks/bench_attention.py": Run(((r"$", " --repeats 3"),)),
     # docs/BATCHING.md
     ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(((r"--tokens 200", "--tokens 40"),)),
     ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json":
@@ -271,13 +272,23 @@ CHECKS: dict[str, object] = {
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
-    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-2026-12-01":
+    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-merged":
         Skip("36 engine runs, ~12 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
     # docs/BATCHING.md, the agents re-measured
     'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"':
         Skip("sets a shell variable for the command after it"),
     '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm-2 --arm fastest="$F --prefill-chunk 256" --arm target40="env STRATA_PIPED_PAUSE_TARGET_MS=40 $F --prefill-chunk 256" --arm c128="$F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    # docs/BATCHING.md, the agents with the merged decode and smaller chunks; the merged decode's steady rate
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out runs/agents-merged --arm c128="$F --prefill-chunk 128" --arm c128-merged="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c64 --arm agents="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 64" --arm c64-groups="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    'S="strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip("sets a shell variable for the command after it"),
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "groups=$S" --arm "merged=env STRATA_PIPED_DECODE_MERGE=1 $S" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+        Skip("three fresh engines a round, two of them compiling (~4 min); the MODEL.md steady-decode command runs the same script small"),
     # docs/MODEL.md, steady decode: Strata's eager one-stage arm alone, small (the vLLM arm needs its venv)
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "one-stage=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "spec=strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Run(((r' --arm "spec=[^"]*" --arm "vllm=[^"]*"', ""), (r" --compile", ""),
