@@ -1,6 +1,6 @@
 """Engine and scheduler configuration: frozen dataclasses, validated in __post_init__.
 
-The STRATA_* environment variables are read here and nowhere else (`SchedulerConfig.from_env`).
+The STRATA_* environment variables are read here and nowhere else (`SchedulerConfig.with_env`).
 A bad value (empty, negative, not a number) falls back to the default with one warning, as the spec's
 getenv-based knobs do; unset or zero piece size means the default one-run read ("release").
 """
@@ -124,7 +124,13 @@ class SchedulerConfig:
             warnings.warn("STRATA_PIPED_DECODE_MAX_MS is below STRATA_PIPED_DECODE_MIN_MS; using both defaults", stacklevel=2)
             values["decode_min_ms"], values["decode_max_ms"] = ENV_VARS["STRATA_PIPED_DECODE_MIN_MS"][2], ENV_VARS["STRATA_PIPED_DECODE_MAX_MS"][2]
         if env.get(ROW_TILE_ENV):
-            values["row_tile"] = int(env[ROW_TILE_ENV])
+            raw = env[ROW_TILE_ENV]
+            try:
+                values["row_tile"] = int(raw)
+            except ValueError:
+                raise ValueError(f"{ROW_TILE_ENV}={raw!r} is not an integer (a row tile: 1 = padding off)") from None
+            if values["row_tile"] < 1:
+                raise ValueError(f"{ROW_TILE_ENV}={raw!r} must be >= 1 (1 = padding off)")
         values["decode_all_threads"] = bool(env.get(DECODE_ALL_THREADS_ENV))
         return replace(self, **values)
 

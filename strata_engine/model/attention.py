@@ -13,9 +13,9 @@ sliding-window mask does: decode slices its last W keys. A chunk of T < W consec
 past the window (on CPU, float32) needs no mask either: the keys every query sees, [p+T-W, p), go in one
 flash call; the chunk itself is causal; and the band [p-W+1, p+T-W), where query i sees key j of the band
 iff j >= i, is causal too once queries and keys are both reversed. The three parts merge by their
-log-sum-exps, as the prefix and chunk do above. The masked call over every key the chunk sees costs
-~1.09x (6.80 against 6.24 ms a layer at 256 queries, 1 thread; benchmarks/bench_attention.py) and builds
-a [T, T+W-1] mask per row. Any other windowed shape takes that masked call.
+log-sum-exps, as the prefix and chunk do above. The masked call over every key the chunk sees is a little
+slower and builds a [T, T+W-1] mask per row (docs/MODEL.md, "What each thing tried bought", measured with
+benchmarks/bench_attention.py). Any other windowed shape takes that masked call.
 """
 from __future__ import annotations
 
@@ -64,15 +64,9 @@ def _band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     """T consecutive queries at start..start+T-1 (1 < T < window, start >= window): the shared keys, the
     band and the chunk, each a flash call without a mask, merged (module docstring)."""
     _, heads, tokens, head_dim = q.shape
-    kv_heads = keys.shape[1]
-    group = heads // kv_heads
+    group = heads // keys.shape[1]
     shared, band = start + tokens - window, start - window + 1  # [shared, start): every query; [band, shared): the band
-    folded = q.reshape(1, kv_heads, group * tokens, head_dim)
-    out_shared, lse_shared = _flash_cpu(folded, keys[:, :, shared:start], values[:, :, shared:start], 0.0, False)[:2]
-    parts = [(out_shared.reshape(1, heads, tokens, head_dim), lse_shared.reshape(1, heads, tokens))]
-    chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
-    chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
-    parts.append(_flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2])
+    parts = _unmasked_then_chunk(q, keys, values, shared, start)
     # The band's T-1 keys, reversed, against queries T-2..0 (the last query sees none of it): causal.
     band_keys = keys[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
     band_values = values[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
@@ -80,6 +74,26 @@ def _band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     parts.append((torch.cat([out_band.flip(2), out_band.new_zeros(1, heads, 1, head_dim)], dim=2),
                   torch.cat([lse_band.flip(2), lse_band.new_full((1, heads, 1), float("-inf"))], dim=2)))
     return _merge(parts)
+
+
+def _prefix_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+    """Queries at start..start+T-1: every query sees the whole prefix [0, start) and the chunk causally."""
+    return _merge(_unmasked_then_chunk(q, keys, values, 0, start))
+
+
+def _unmasked_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, low: int,
+                         start: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(out, lse) of the keys [low, start) that every query sees, then of the chunk [start, ...) causally."""
+    _, heads, tokens, head_dim = q.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    # Those keys need no mask, so the query heads sharing a kv head fold into one long query block.
+    folded = q.reshape(1, kv_heads, group * tokens, head_dim)
+    out, lse = _flash_cpu(folded, keys[:, :, low:start], values[:, :, low:start], 0.0, False)[:2]
+    chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
+    chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
+    return [(out.reshape(1, heads, tokens, head_dim), lse.reshape(1, heads, tokens)),
+            _flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]]
 
 
 def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -93,18 +107,3 @@ def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     for (o, _), share in zip(parts[1:], shares[1:]):
         out.add_(o * (share / total)[..., None])
     return out
-
-
-def _prefix_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
-    """Queries at start..start+T-1: every query sees the whole prefix [0, start) and the chunk causally."""
-    _, heads, tokens, head_dim = q.shape
-    kv_heads = keys.shape[1]
-    group = heads // kv_heads
-    # The prefix needs no mask, so the query heads sharing a kv head fold into one long query block.
-    folded = q.reshape(1, kv_heads, group * tokens, head_dim)
-    out_prefix, lse_prefix = _flash_cpu(folded, keys[:, :, :start], values[:, :, :start], 0.0, False)[:2]
-    out_prefix = out_prefix.reshape(1, heads, tokens, head_dim)
-    lse_prefix = lse_prefix.reshape(1, heads, tokens)
-    chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
-    chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
-    return _merge([(out_prefix, lse_prefix), _flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]])

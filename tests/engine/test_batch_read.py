@@ -157,5 +157,7 @@ def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
     assert (empty.row_tile, empty.decode_all_threads) == (None, False)
     cfg = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "0"})  # any value sets it
     assert (cfg.row_tile, cfg.decode_all_threads) == (1, True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="STRATA_ROW_TILE='abc' is not an integer"):
         SchedulerConfig().with_env({"STRATA_ROW_TILE": "abc"})
+    with pytest.raises(ValueError, match="STRATA_ROW_TILE='0' must be >= 1"):
+        SchedulerConfig().with_env({"STRATA_ROW_TILE": "0"})

@@ -42,6 +42,7 @@ def test_attend_row_paths_match_reference(positions, consecutive):
     ([40], False),  # decode past the window: its last W keys
     (list(range(20, 27)), True),  # a chunk past the window: shared keys, band and chunk, each unmasked, merged
     (list(range(13, 16)), True),  # the smallest such chunk start (position W)
+    (list(range(13, 25)), True),  # the longest such chunk (W - 1 queries): one key every query sees
     (list(range(9, 16)), True),  # the window starts at key 0 for the first queries: the masked call
     (list(range(20, 40)), True),  # a chunk longer than the window: the masked call
     ([18, 20, 21, 30], False),  # not consecutive: the masked call
@@ -55,6 +56,8 @@ def test_windowed_paths_match_reference(positions, consecutive):
     keys, values = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=gen) for _ in range(2))
     expected = reference(q, keys, values, pos, window)
     torch.testing.assert_close(attend_row(q, keys, values, pos, consecutive, window), expected, rtol=0, atol=1e-5)
+    transposed = q.transpose(1, 2).contiguous().transpose(1, 2)  # [1, H, T, hd] strided as the engine passes it
+    torch.testing.assert_close(attend_row(transposed, keys, values, pos, consecutive, window), expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("experts, top_k", [(4, 2), (8, 2)])

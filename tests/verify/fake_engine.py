@@ -141,7 +141,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     async def engine():
         return {"model": "fake", "executor": "fake", "batch": 4, "batch_groups": args.groups, "num_stages": 2,
                 "prefill_chunk": 128, "ctx": args.ctx, "piped_read_piece": args.piece, "decode_share": 0.5,
-                "decode_min_ms": 20.0, "decode_max_ms": 400.0, "read_mix": 0, "pause_target_ms": 0.0, "device": "cpu",
+                "decode_min_ms": 20.0, "decode_max_ms": 400.0, "read_mix": 0, "decode_merge": 0, "pause_target_ms": 0.0, "device": "cpu",
                 "dtype": "float32", "vocab_size": args.vocab, "eos_token_id": 0, "supports_token_ids": True,
                 "version": "fake-1", "batch_invariant": args.batch_invariant,
                 **({} if args.prompt_cache is None else {"prompt_cache": {"mib": args.prompt_cache,
