@@ -7,9 +7,10 @@ model's head counts, head_dim and sliding window read from its config:
 
   1. decode, one query of one row over --keys cached keys: `attend_row` (the flash kernel, as the engine
      calls it) against two bmm's and a softmax (the query heads sharing a kv head folded by a reshape);
-  2. a prompt chunk of --chunk consecutive queries past the window, starting at each of --starts:
-     `attend_row` (three unmasked flash calls merged, `_band_window_chunk`) against the one masked
-     `scaled_dot_product_attention` over every key the chunk sees (the path it replaced).
+  2. a prompt chunk of each of --chunks consecutive queries past the window, starting at --start:
+     `attend_row`'s band path (three unmasked flash calls merged, `_band_window_chunk`) against its masked
+     path (one `scaled_dot_product_attention` over every key the chunk sees: what a chunk took before the
+     band path, and what non-consecutive rows still take).
 
 Inputs are views of a KV cache, as the engine passes them. Each arm's output is compared with a float64
 reference computed with plain math (max abs difference). Every cell is the median and min over --repeats
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import device_info  # noqa: E402
@@ -89,15 +89,6 @@ def bmm_softmax(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> to
     return torch.bmm(scores, values[0]).reshape(1, heads, 1, head_dim)
 
 
-def masked_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
-    """The single masked call over every key a chunk past the window sees (attention.py's path before the band)."""
-    low = int(positions[0]) - window + 1
-    key_positions = torch.arange(low, keys.shape[2])[None, :]
-    seen = (key_positions <= positions[:, None]) & (key_positions > positions[:, None] - window)  # [T, T+W-1]
-    mask = torch.zeros(seen.shape, dtype=q.dtype).masked_fill_(~seen, float("-inf"))
-    return F.scaled_dot_product_attention(q, keys[:, :, low:], values[:, :, low:], attn_mask=mask, enable_gqa=True)
-
-
 def row_inputs(config, queries: int, length: int, generator: torch.Generator):
     """q [1, H, T, hd] (a transposed view, as the engine passes it) at the last T positions of a row of
     `length` keys, and that row's keys and values as views of a cache with spare room after them."""
@@ -133,9 +124,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=4, help="untimed samples per arm first")
     p.add_argument("--sample-ms", type=float, default=2.0, help="a sample is the mean of as many calls as take about this long")
     p.add_argument("--keys", default="100,300,1024", help="section 1: comma-separated cached keys of the decode row")
-    p.add_argument("--chunk", type=int, default=256, help="section 2: consecutive queries in the prompt chunk")
-    p.add_argument("--starts", default="1024,1536,2048,2560",
-                   help="section 2: comma-separated first positions of the chunk (each >= the window)")
+    p.add_argument("--chunks", default="32,64,128,256",
+                   help="section 2: comma-separated prompt chunk sizes (consecutive queries, each below the window)")
+    p.add_argument("--start", type=int, default=2048,
+                   help="section 2: the chunk's first position (>= the window; every start past it sees the same keys)")
     args = p.parse_args()
     _, config = load_model(args.model)
     window = config.sliding_window
@@ -159,25 +151,26 @@ def main() -> None:
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             print(row(f"{length:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
-        print(f"\n2. A {args.chunk}-query prompt chunk past the window: A = attend_row (three unmasked flash calls merged), "
-              f"B = one masked call over every key it sees\n")
-        if window is None or _flash_cpu is None or not 1 < args.chunk < window:
-            print(f"skipped: needs a sliding window larger than the chunk and the CPU flash op (window {window}, "
-                  f"chunk {args.chunk}, flash op {'present' if _flash_cpu is not None else 'absent'})")
+        print("\n2. A prompt chunk past the window: A = attend_row's band path (three unmasked flash calls merged), "
+              "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
+              f"rows take), chunk starting at {args.start:,}\n")
+        chunks = ints(args.chunks)
+        if window is None or _flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
+            print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
+                  f"chunks {chunks}, flash op {'present' if _flash_cpu is not None else 'absent'})")
             return
-        print(header("start (keys seen)", "A band + flash", "B masked"))
-        for start in ints(args.starts):
-            if start < window:
-                p.error(f"--starts: {start} is inside the window ({window}); the band path needs start >= window")
-            length = start + args.chunk
-            q, keys, values, positions = row_inputs(config, args.chunk, length, generator)
+        if args.start < window:
+            p.error(f"--start: {args.start} is inside the window ({window}); the band path needs start >= window")
+        print(header("chunk (keys seen)", "A band + flash", "B masked"))
+        for chunk in chunks:
+            length = args.start + chunk
+            q, keys, values, positions = row_inputs(config, chunk, length, generator)
             arms = {"A": lambda: attend_row(q, keys, values, positions, True, window),
-                    "B": lambda: masked_chunk(q, keys, values, positions, window)}
-            low = start - window + 1
+                    "B": lambda: attend_row(q, keys, values, positions, False, window)}
+            low = args.start - window + 1
             ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]
-            print(row(f"{start:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
-
+            print(row(f"{chunk:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
 if __name__ == "__main__":
     main()
