@@ -288,7 +288,7 @@ CHECKS: dict[str, object] = {
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     'S="strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip("sets a shell variable for the command after it"),
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "groups=$S" --arm "merged=env STRATA_PIPED_DECODE_MERGE=1 $S" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
-        Skip("three fresh engines a round, two of them compiling (~4 min); the MODEL.md steady-decode command runs the same script small"),
+        Skip("three fresh engines a round, two of them compiling (~3 min); the MODEL.md steady-decode command runs the same script small"),
     # docs/MODEL.md, steady decode: Strata's eager one-stage arm alone, small (the vLLM arm needs its venv)
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "one-stage=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "spec=strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Run(((r' --arm "spec=[^"]*" --arm "vllm=[^"]*"', ""), (r" --compile", ""),
