@@ -51,6 +51,7 @@ class Job:
     tokens_read: int = 0
     started: bool = False
     t_start: float = 0.0
+    first_out: asyncio.Event = field(default_factory=asyncio.Event)  # its first token passed the decode gate
 
 
 @dataclass
@@ -107,6 +108,12 @@ class Fake:
                 self.waiting.remove(taker)
                 await self.emit("YIELDED", job.request_id, slot=2, tokens_read=job.tokens_read, to=taker.request_id)
                 await self.read(taker)
+                # The taker's first token goes out before the long read blocks decoding again, as a real engine's
+                # would; without this wait the next piece could close the gate first (a race under load).
+                try:
+                    await asyncio.wait_for(taker.first_out.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass  # its client went away
                 await self.emit("RESUME", job.request_id, tokens_read=job.tokens_read)
         if self.args.piece and len(job.prompt) > 0:
             last = len(job.prompt) - (len(job.prompt) - 1) // piece * piece
@@ -218,6 +225,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     if index:
                         await asyncio.sleep(args.decode_ms / 1000)
                     await fake.decode_allowed.wait()
+                    job.first_out.set()
                     yield f"data: {json.dumps(chunk(index))}\n\n"
                 usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
                          "total_tokens": len(prompt_ids) + max_tokens}
