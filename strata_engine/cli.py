@@ -107,6 +107,21 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
         raise click.UsageError(str(err)) from None
 
 
+def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
+    """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error."""
+    from .layout import resolve
+
+    context = click.get_current_context()
+    given = {name for name in ENGINE_FLAGS
+             if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
+    try:
+        config, why = resolve(config, requested, given)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    click.echo(f"strata-engine: layout {why}", err=True)
+    return config
+
+
 def _engine_factory(config: EngineConfig) -> Callable[[], Any]:
     def build() -> Any:
         from .engine import Engine  # imports torch: only when an engine is really built
@@ -139,13 +154,19 @@ def main() -> None:
                    "with an error event naming the shutdown, and the server exits.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True, help="Server log level (stderr).")
+@click.option("--layout", type=click.Choice(["auto", "plain", "fastest"]), default="auto", show_default=True,
+              help="fastest: two stages, two groups, 256-token chunks, the compiled decode step, the mixed read and "
+                   "the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
+                   "plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag (--split, "
+                   "--devices, --batch-groups, --stage-workers, --compile/--no-compile, --executor, --device) is given "
+                   "(STRATA_LAYOUT=plain|fastest sets what auto means).")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
-          max_body_bytes: int, drain_timeout: float, log_level: str, **options: Any) -> None:
+          max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, **options: Any) -> None:
     """Serve the OpenAI-compatible HTTP API (docs/API.md) until SIGTERM/SIGINT."""
     from .server.run import is_loopback
     from .server.run import serve as run_server
 
-    config = engine_config(options)
+    config = _laid_out(engine_config(options), layout)
     if not api_key and not is_loopback(host) and not no_auth_ok:
         raise click.UsageError(f"--host {host} is reachable beyond this machine: set --api-key (or STRATA_API_KEY), "
                                "or pass --no-auth-ok to serve without one")

@@ -118,11 +118,13 @@ class SchedulerConfig:
         return groups
 
     def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
+        """The STRATA_* variables over this config: an unset (or bad) one keeps this config's value, which is
+        the variable's default unless a layout set it (layout.py)."""
         env = os.environ if env is None else env
-        values = {fld: env_number(env, name, cast, default, minimum) for name, (fld, cast, default, minimum) in ENV_VARS.items()}
+        values = {fld: env_number(env, name, cast, getattr(self, fld), minimum) for name, (fld, cast, _, minimum) in ENV_VARS.items()}
         if values["decode_max_ms"] < values["decode_min_ms"]:
             warnings.warn("STRATA_PIPED_DECODE_MAX_MS is below STRATA_PIPED_DECODE_MIN_MS; using both defaults", stacklevel=2)
-            values["decode_min_ms"], values["decode_max_ms"] = ENV_VARS["STRATA_PIPED_DECODE_MIN_MS"][2], ENV_VARS["STRATA_PIPED_DECODE_MAX_MS"][2]
+            values["decode_min_ms"], values["decode_max_ms"] = self.decode_min_ms, self.decode_max_ms
         if env.get(ROW_TILE_ENV):
             raw = env[ROW_TILE_ENV]
             try:
@@ -160,6 +162,7 @@ class EngineConfig:
     compile: bool = False  # torch: decode-only micro-batches through the compiled step (runtime/compiled_step.py)
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     prompt_cache_mib: int = DEFAULT_PROMPT_CACHE_MIB  # host store cap; 0 = no prompt cache at all (slots nor store)
+    layout: str = "plain"  # "plain" or "fastest" (layout.py, which also sets the fields that layout needs)
     env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
 
     def __post_init__(self) -> None:
@@ -196,6 +199,8 @@ class EngineConfig:
             if self.prompt_cache_mib * 2**20 > available:
                 raise ValueError(f"--prompt-cache {self.prompt_cache_mib} MiB cannot be held: this machine has "
                                  f"{available // 2**20} MiB of memory available now; give at most that, or 0 to turn it off")
+        if self.layout not in ("plain", "fastest"):
+            raise ValueError(f"layout must be 'plain' or 'fastest' (auto is resolved by layout.resolve), got {self.layout!r}")
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
@@ -241,6 +246,8 @@ class EngineConfig:
             ctx=self.ctx if self.ctx is not None else SchedulerConfig.ctx,
             prompt_cache_mib=self.prompt_cache_mib,
         )
+        if self.layout == "fastest":  # the layout's knobs; the STRATA_* variables still override them
+            base = replace(base, read_mix=1, decode_merge=1)
         return base.with_env(self.env)
 
 

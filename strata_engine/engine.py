@@ -256,7 +256,7 @@ class Engine:
             "batch_groups": sc.batch_groups, "num_stages": sc.num_stages, "prefill_chunk": sc.prefill_chunk,
             "ctx": sc.ctx, "ctx_from": self.ctx_choice.why, "piped_read_piece": sc.piped_read_piece, "decode_share": sc.decode_share,
             "decode_min_ms": sc.decode_min_ms, "decode_max_ms": sc.decode_max_ms, "read_mix": sc.read_mix,
-            "decode_merge": sc.decode_merge, "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
+            "decode_merge": sc.decode_merge, "layout": self.config.layout, "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
             "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,
             "batch_invariant": bool(getattr(self.executor, "batch_invariant", False)),
             "layout_invariant": bool(getattr(self.executor, "layout_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),

@@ -22,7 +22,7 @@ from strata_verify.report import FAIL, INFO, PASS, Step
 FORMAT = "strata-verify-manifest/1"
 CHECK = "determinism"
 ENGINE_FLAGS = ("executor", "batch", "batch_groups", "num_stages", "prefill_chunk", "ctx", "piped_read_piece",
-                "decode_share", "read_mix", "pause_target_ms", "batch_invariant")
+                "decode_share", "read_mix", "decode_merge", "pause_target_ms", "layout", "batch_invariant")
 PACKAGES = ("strata", "torch", "numpy", "safetensors", "tokenizers", "transformers", "fastapi", "uvicorn", "httpx")
 
 

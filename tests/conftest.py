@@ -13,6 +13,11 @@ import pytest
 # (tests/engine/test_dist_*.py, explicit `stage_workers="dist"`), and CI's gate after the suite runs the
 # default engine on them.
 os.environ.setdefault("STRATA_STAGE_WORKERS", "thread")
+# `strata-engine serve --layout auto` (the default) lays a multi-core CPU engine out as the fastest layout: two
+# stages, the compiled step (~10 s of compiling at start) and the mixed read. The suite's many small servers
+# keep the flags they name (plain); the layout has tests of its own (tests/engine/test_layout.py, with an
+# explicit env), and CI's gate after the suite runs the default engine in it.
+os.environ.setdefault("STRATA_LAYOUT", "plain")
 
 LLAMA_INSTALL = "run `bash scripts/install_llama_cpp.sh` to build it"
 

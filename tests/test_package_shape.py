@@ -111,7 +111,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "scheduler": (1, ("scheduler",)),
     "runtime": (2, ("runtime",)),
     "executors": (3, ("executors",)),
-    "core": (4, ("engine", "backends", "outputs")),
+    "core": (4, ("engine", "backends", "layout", "outputs")),
     "server": (5, ("server",)),
     "entry": (6, ("cli", "__main__", "")),  # "" = the package's own __init__
 }

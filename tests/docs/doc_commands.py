@@ -178,7 +178,7 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-engine export --gguf /tmp/strata-tiny-moe.gguf": Run(((r"/tmp/strata-tiny-moe.gguf", "strata-tiny-moe.gguf"),)),
     **{command: Skip(LLAMA_SERVER) for command in (
         "LS=~/.cache/strata/llama.cpp-0.3.36/build/bin/llama-server",
-        ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
+        ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
         "$LS -m /tmp/strata-tiny-moe.gguf --port 8090 --parallel 4 -c 32768 --no-kv-unified &",
         ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out bench-out/vs-llama-server --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm mixed='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -b 512 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"",
         ".venv/bin/strata-verify interleave --url http://127.0.0.1:8090 --scale 0.05",
@@ -192,9 +192,9 @@ CHECKS: dict[str, object] = {
         Run(((r"--threads 1,2 --steps 30", "--threads 1 --steps 2 --arms invariant,padding_off"),)),
     ".venv/bin/py-spy record -p <pid> -d 8 -r 200 -f raw -o serve.raw --threads":
         Skip("a profile of a running server's process (<pid>), py-spy installed by hand; docs/MODEL.md has its numbers"),
-    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "strata-default=strata-engine serve --batch 6" --arm "strata-compile=strata-engine serve --batch 6 --compile" --arm "strata-mixed=env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 <vllm venv>/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
+    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "strata-default=strata-engine serve --layout plain --batch 6" --arm "strata-compile=strata-engine serve --batch 6 --compile" --arm "strata-mixed=env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 <vllm venv>/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip("a 12-run comparison with vLLM's CPU build (scripts/install_vllm.sh; <vllm venv> is its venv), minutes"),
-    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --batch 6"':
+    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --layout plain --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --layout plain --batch 6"':
         Skip("a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"),
     ".venv/bin/python benchmarks/bench_weight_layout.py": Run(((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)),
     ".venv/bin/python benchmarks/bench_attention.py": Run(((r"$", " --repeats 3"),)),
@@ -211,10 +211,10 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_client_overhead.py --streams 64 --itl-ms 20 --tokens 200": Run(),
     ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050-ts4": Run(PRESET_SMALL),
     ".venv/bin/strata-bench report bench-out/pr2050-ts4": Run(),
-    ".venv/bin/strata-bench load --arm strata='strata-engine serve --batch 8' --concurrency 1,2,4,8 --requests 16 --warmup 1 --input-len 256 --output-len 64 --keepalive --slo-ttft-ms 1000 --slo-tpot-ms 100 --out bench-out/load-sweep":
+    ".venv/bin/strata-bench load --arm strata='strata-engine serve --layout plain --batch 8' --concurrency 1,2,4,8 --requests 16 --warmup 1 --input-len 256 --output-len 64 --keepalive --slo-ttft-ms 1000 --slo-tpot-ms 100 --out bench-out/load-sweep":
         Run(((r"--concurrency 1,2,4,8", "--concurrency 1,2"), (r"--requests 16", "--requests 2"), (r"--output-len 64", "--output-len 4"))),
     ".venv/bin/strata-bench load-report bench-out/load-sweep --plot bench-out/load-sweep/sweep.png": Run(),
-    ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf":
+    ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --layout plain --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf":
         Skip(MINUTES + "; without AIPerf it prints that it skipped (tests/bench/test_vs_aiperf_parts.py)"),
     # docs/SERVER.md
     "strata-engine serve": Serve(),
@@ -270,7 +270,7 @@ CHECKS: dict[str, object] = {
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 1, naming give-way)"),
     ".venv/bin/strata-verify determinism --url http://127.0.0.1:8091 --against strata_verify/golden/reference-cpu.json":
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
-    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
+    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
     ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-merged":
         Skip("36 engine runs, ~12 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),

@@ -1,0 +1,95 @@
+"""Which layout `strata-engine serve` runs: the flags as given, or the fastest documented one for this machine.
+
+Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineConfig, why)`.
+`requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
+docs/BATCHING.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, two
+batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled decode step, the mixed read
+and the merged decode; stage ranks where `--stage-workers auto` picks them); `auto` (the default) means
+`fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
+EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
+auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
+what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why` is one line for the log.
+
+The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) are the layout's defaults: the STRATA_*
+variables still override them (`EngineConfig.scheduler_config`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Collection, Mapping
+
+from .config import EngineConfig
+
+LAYOUTS = ("auto", "plain", "fastest")
+LAYOUT_ENV = "STRATA_LAYOUT"  # what --layout auto picks: plain or fastest
+SHAPING = ("split", "devices", "batch_groups", "stage_workers", "compile", "executor", "device")
+FASTEST_CHUNK = 256  # docs/MODEL.md: 128 / 256 / 512 in the spec layout with the mixed read, 256 won
+
+
+@dataclass(frozen=True)
+class Machine:
+    cores: int  # CPUs this process may run on
+    cuda: bool
+    layers: int  # the model's decoder layers
+
+
+def this_machine(config: EngineConfig) -> Machine:
+    """The cores, whether CUDA is there, and the model's layer count (imports torch: the engine is next)."""
+    import torch
+
+    from .model.weights import read_config, resolve_model_path
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return Machine(cores, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers)
+
+
+def _unfit(config: EngineConfig, machine: Machine) -> str | None:
+    """Why the fastest layout cannot run here, or None."""
+    if config.executor != "torch":
+        return f"the {config.executor} executor"
+    if config.device not in (None, "cpu") or (config.device is None and machine.cuda):
+        return "a GPU (the fastest layout is measured on CPU only)"
+    if machine.cores < 2:
+        return "one CPU core (two stages would share it)"
+    if machine.layers < 2:
+        return f"a model of {machine.layers} layer (two stages need two)"
+    if config.batch < 2:
+        return "--batch 1 (two batch groups need two slots)"
+    return None
+
+
+def fastest(config: EngineConfig, given: Collection[str]) -> EngineConfig:
+    chunk = config.prefill_chunk if "prefill_chunk" in given else FASTEST_CHUNK
+    return replace(config, layout="fastest", devices=("cpu", "cpu"), split=None, batch_groups=2, compile=True,
+                   prefill_chunk=chunk)
+
+
+def resolve(config: EngineConfig, requested: str, given: Collection[str], env: Mapping[str, str] | None = None,
+            machine: Callable[[EngineConfig], Machine] | Machine | None = None) -> tuple[EngineConfig, str]:
+    if requested not in LAYOUTS:
+        raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, got {requested!r}")
+    env = os.environ if env is None else env
+    if requested == "plain":
+        return config, "plain: the flags as given (--layout plain)"
+    shaped = [name for name in SHAPING if name in given]
+    if requested == "auto":
+        meant = env.get(LAYOUT_ENV, "") or "fastest"
+        if meant not in ("plain", "fastest"):
+            raise ValueError(f"{LAYOUT_ENV} must be plain or fastest, got {meant!r}")
+        if meant == "plain":
+            return config, f"plain: {LAYOUT_ENV}=plain"
+        if shaped:
+            return config, f"plain: the layout flags given ({', '.join('--' + n.replace('_', '-') for n in shaped)})"
+    elif shaped:
+        raise ValueError(f"--layout fastest sets the stages, groups and compiled step itself; drop "
+                         f"{', '.join('--' + n.replace('_', '-') for n in shaped)}, or use --layout plain")
+    found = machine if isinstance(machine, Machine) else (machine or this_machine)(config)
+    unfit = _unfit(config, found)
+    if unfit is not None:
+        if requested == "fastest":
+            raise ValueError(f"--layout fastest cannot run with {unfit}; use --layout plain")
+        return config, f"plain: auto found {unfit}"
+    how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
+    return fastest(config, given), (f"fastest ({how}): 2 stages, 2 batch groups, {fastest(config, given).prefill_chunk}-token "
+                                    "chunks, compiled decode, mixed read, merged decode (--layout plain: the flags alone)")
