@@ -286,6 +286,8 @@ CHECKS: dict[str, object] = {
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    # docs/MODEL.md, a read's chunk profiled on one core
+    ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
     # docs/BATCHING.md, the default layout against the plain one and vLLM
     '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default --arm default="strata-engine serve --batch 6 --ctx 8192" --arm plain="strata-engine serve --layout plain --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),

@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""Where one prompt chunk's read goes: torch.profiler over the engine's own stage forward, per core.
+
+Reads --start tokens of real Python source into one slot (in 512-token chunks, untimed), then times
+--repeats reads of one --chunk-token chunk at position --start through `runtime.stage_forward` (what a
+stage thread or rank runs on a prompt chunk; the engine's row tile), at --threads threads, restoring the
+chunk's KV positions between repeats (each read is the same read). Prints the CPU, the chunk's median and
+best time, tokens per second, the labelled modules' shares (attention with its projections, MoE, norms;
+labels from profile_decode_step.py) and the top aten ops with their share of the profiled chunk, so the
+attention kernel's and the GEMMs' parts of a read can be read off. A chunk past the model's sliding window
+(start >= window) takes the band path of model/attention.py.
+
+  .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_decode_step import label_modules  # noqa: E402
+from strata_bench.provenance import device_info  # noqa: E402
+from strata_engine.model import load_model  # noqa: E402
+from strata_engine.model.kv_cache import KVCache  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.pipeline import Part  # noqa: E402
+from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
+
+
+def source_tokens(count: int) -> list[int]:
+    """Bytes of the standard library's own source (the byte-level model's kind of text), `count` of them."""
+    text = Path(argparse.__file__).read_bytes() + Path(statistics.__file__).read_bytes()
+    while len(text) < count:
+        text += text
+    return list(text[:count])
+
+
+def avx512_flags() -> str:
+    """The CPU's AVX-512 flags from /proc/cpuinfo (machines of one model name differ in them), or 'no avx512'."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "flags unknown"
+    return " ".join(sorted(f for f in flags.split(":", 1)[1].split() if f.startswith("avx512"))) or "no avx512"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--chunk", type=int, default=256, help="tokens in the timed chunk (the engine's --prefill-chunk)")
+    p.add_argument("--start", type=int, default=2048, help="the chunk's first position (tokens read before it)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a stage rank reads at 1 here)")
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--top", type=int, default=10, help="aten ops listed")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    model, config = load_model("strata-tiny-moe")
+    tile = default_row_tile(config, "cpu", torch.float32, args.threads)
+    apply_row_tile(model, tile)
+    label_modules(model)
+    layers = range(config.num_layers)
+    kv = KVCache(config, num_slots=1, ctx=args.start + args.chunk + 1)
+    tokens = source_tokens(args.start + args.chunk)
+    with torch.inference_mode():
+        for first in range(0, args.start, 512):
+            ids = tokens[first:min(first + 512, args.start)]
+            stage_forward(model, layers, kv, Part.ragged([(0, first, ids)], False), True, True, tile, "cpu")
+
+        def read() -> None:
+            part = Part.ragged([(0, args.start, tokens[args.start:])], True)
+            stage_forward(model, layers, kv, part, True, True, tile, "cpu")
+
+        for _ in range(3):
+            read()
+        took = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            read()
+            took.append(time.perf_counter() - start)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.repeats):
+                with record_function("@chunk"):
+                    read()
+    median, best = statistics.median(took), min(took)
+    print(f"CPU {device_info()['cpu']} ({avx512_flags()}), torch {torch.__version__}, {args.threads} thread(s), "
+          f"row tile {tile}")
+    print(f"chunk of {args.chunk} at position {args.start} (window {config.sliding_window}): {median * 1e3:.2f} ms "
+          f"median, {best * 1e3:.2f} best; {args.chunk / median:.0f} tok/s")
+    events = prof.key_averages()
+    whole = next((e.cpu_time_total for e in events if e.key == "@chunk"), 0.0) or 1.0
+    print(f"profiled chunk: {whole / args.repeats / 1e3:.2f} ms")
+    for e in sorted((e for e in events if e.key.startswith("@") and e.key != "@chunk"), key=lambda e: -e.cpu_time_total):
+        print(f"  {e.key[1:]:<40} {e.cpu_time_total / whole:6.1%}")
+    ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[:args.top]
+    for e in ops:
+        print(f"  aten {e.key:<50} {e.self_cpu_time_total / whole:6.1%}  x{e.count // args.repeats}")
+
+
+if __name__ == "__main__":
+    main()
