@@ -1,7 +1,7 @@
 """`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds, cache).
 
 Each subcommand is a small function: parse options, then hand the Report and the check to `_run_check`,
-which runs it and, through `_finish`, prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0
+which runs it and, through `cli_common.finish`, prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0
 (every check holds), 1 (a check failed or was not exercised) or 2 (the gate could not run; the engine's stderr
 is shown).
 """
@@ -17,12 +17,12 @@ from strata_verify.behaviours import BEHAVIOURS, parse_lacks
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
 from strata_verify.builds import run_builds
 from strata_verify.cache.cli import cache
-from strata_verify.cli_common import finish as _finish, output_options as _output_options, progress as _progress
-from strata_verify.cli_common import run_check as _run_check, target as _target
+from strata_verify.cli_common import output_options as _output_options, progress as _progress
+from strata_verify.cli_common import load_or_fail as _load_or_fail, run_check as _run_check, target as _target
 from strata_verify.determinism import DeterminismOptions, run_determinism
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.check import InterleaveOptions, run_interleave
-from strata_verify.report import FAIL, INFO, Report, Step
+from strata_verify.report import INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 
 DETERMINISM_ENGINE = "strata-engine serve"  # the golden manifest's engine
@@ -91,11 +91,8 @@ def determinism(engine, url, tokens, save_path, against_path, near_tie, start_ti
     report = Report(meta={"check": "determinism", "engine": target.describe()})
     against = None
     if against_path:
-        try:
-            against = manifest.load(against_path)
-        except manifest.ManifestError as exc:
-            report.add(Step("determinism", f"against {against_path}", FAIL, str(exc)))
-            _finish(report, markdown, junit_path, json_path, {})
+        against = _load_or_fail(manifest.load, against_path, "determinism", f"against {against_path}", report, markdown,
+                                junit_path, json_path)
     try:
         options = DeterminismOptions(tokens=tokens or (against["max_tokens"] if against else 64), near_tie=near_tie)
     except ValueError as exc:
@@ -135,11 +132,8 @@ def answers(engine, url, against_path, logprob_tol, timeout, near_tie, start_tim
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     report = Report(meta={"check": "answers", "against": against_path})
-    try:
-        reference, expected = independent.load(against_path)
-    except manifest.ManifestError as exc:
-        report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
-        _finish(report, markdown, junit_path, json_path, {})
+    reference, expected = _load_or_fail(independent.load, against_path, "answers", f"against {Path(against_path).name}",
+                                        report, markdown, junit_path, json_path)
     needed = max(len(e.prompt) for e in expected) + int(reference["max_tokens"]) + 1  # the longest answer's context
     target = _target(engine, url, default_engine_command(0.05, needed), start_timeout)
     report.meta["engine"] = target.describe()
@@ -196,12 +190,9 @@ def builds(engines, scale, tokens, interleave_tokens, only, against_path, timeou
     def check():  # the independent answers are read after the progress line, and their error ends the run here
         answers = None
         if only in (None, "answers"):
-            try:
-                reference, expected = independent.load(against_path)
-                answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
-            except manifest.ManifestError as exc:
-                report.add(Step("answers", f"against {Path(against_path).name}", FAIL, str(exc)))
-                _finish(report, markdown, junit_path, json_path, {})
+            reference, expected = _load_or_fail(independent.load, against_path, "answers",
+                                                f"against {Path(against_path).name}", report, markdown, junit_path, json_path)
+            answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
         return run_builds(targets, iopts if only in (None, "interleave") else None,
                           dopts if only in (None, "determinism") else None, on_step=on_step, answers=answers)
 

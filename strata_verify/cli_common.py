@@ -1,6 +1,7 @@
 """What every `strata-verify` subcommand shares: the output options, the target (an engine command or a URL),
-`run_check`, which runs a check into the report, and `finish`, which prints the report as text or markdown,
-writes JUnit and JSON, and exits with its status.
+`run_check`, which runs a check into the report, `load_or_fail`, which reads a manifest or answers file or
+ends the run with one FAIL step naming what is wrong with it, and `finish`, which prints the report as text
+or markdown, writes JUnit and JSON, and exits with its status.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from strata_verify import junit
 from strata_verify.client import GateError
 from strata_verify.diverge import NEAR_TIE
 from strata_verify.engine_proc import Target
-from strata_verify.report import Report
+from strata_verify.manifest import ManifestError
+from strata_verify.report import FAIL, Report, Step
 
 
 def output_options(fn):
@@ -44,6 +46,17 @@ def finish(report: Report, markdown: bool, junit_path: str | None, json_path: st
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps({"report": report.to_dict(), "raw": raw}, indent=1, default=str) + "\n")
     sys.exit(report.exit_code)
+
+
+def load_or_fail(load: Callable[[str], Any], path: str, check: str, title: str, report: Report, markdown: bool,
+                 junit_path: str | None, json_path: str | None) -> Any:
+    """`load(path)`; a file it cannot compare against (ManifestError) is the report's one FAIL step, `check`:
+    `title`, and the run finishes there."""
+    try:
+        return load(path)
+    except ManifestError as exc:
+        report.add(Step(check, title, FAIL, str(exc)))
+        finish(report, markdown, junit_path, json_path, {})
 
 
 def run_check(report: Report, message: str, check: Callable[[], Any], markdown: bool, junit_path: str | None,
