@@ -6,11 +6,10 @@ them apart except through `info()`.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .config import DECODE_ALL_THREADS_ENV, ROW_TILE_ENV, EngineConfig, SchedulerConfig
+from .config import EngineConfig, SchedulerConfig
 from .context_length import SIM_DEFAULT_CTX, ContextChoice, choose_ctx, kv_bytes_per_token, memory_bytes
 
 
@@ -104,28 +103,20 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     )
 
 
-def thread_only_knobs(sched: SchedulerConfig) -> list[str]:
-    """The measuring knobs set in `sched` that only the thread pipeline honours (stage ranks ignore them)."""
-    return [name for name, given in ((ROW_TILE_ENV, sched.row_tile is not None), (DECODE_ALL_THREADS_ENV, sched.decode_all_threads))
-            if given]
-
-
 def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config):
     from .runtime.dist.pipeline import DistPipeline
     from .runtime.dist.ranks import JoinedRanks, LocalRanks
     from .runtime.invariance import default_row_tile
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
-    ignored = thread_only_knobs(sched)
-    if ignored:
-        warnings.warn(f"{' and '.join(ignored)} apply to thread stages only; the stage ranks keep the probed tile and "
-                      f"decode at their thread count (--stage-workers thread to measure with them)", stacklevel=2)
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
-    # probed tile in their StageSpec (STRATA_ROW_TILE, sched.row_tile, is the thread pipeline's knob only).
+    # row tile in their StageSpec: STRATA_ROW_TILE where it is set, else the probed one. (STRATA_DECODE_ALL_THREADS
+    # asks for what ranks always do: they decode at their own thread count.)
+    tile = sched.row_tile if sched.row_tile is not None else default_row_tile(model_config, stages[0].device, dtype, threads)
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
                         max_tokens=sched.prefill_chunk + sched.batch,
-                        row_tile=default_row_tile(model_config, stages[0].device, dtype, threads), compile=config.compile)
+                        row_tile=tile, compile=config.compile)
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

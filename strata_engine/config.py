@@ -31,7 +31,7 @@ STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto pic
 STAGE_RANKS = ("launch", "join")
 # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
 # (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
-ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: the thread pipeline pads rows to this tile (1 = off) instead of the default
+ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: every stage (threads or ranks) pads rows to this tile (1 = off) instead of the probed one
 DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
 
 ENV_HELP = {
@@ -81,7 +81,7 @@ class SchedulerConfig:
     decode_merge: int = 0
     prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
     prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
-    row_tile: int | None = None  # STRATA_ROW_TILE for the thread pipeline; None = the probed tile
+    row_tile: int | None = None  # STRATA_ROW_TILE for every stage runtime; None = the probed tile
     decode_all_threads: bool = False  # STRATA_DECODE_ALL_THREADS: no decode at 1 thread in thread stages
 
     def __post_init__(self) -> None:

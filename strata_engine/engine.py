@@ -262,6 +262,7 @@ class Engine:
             "layout_invariant": bool(getattr(self.executor, "layout_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),
             "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
             "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
+            "row_tile": getattr(getattr(self.executor, "pipeline", None), "row_tile", None),
             "prompt_cache": self.scheduler.prompt_cache.info(),
         }
 

@@ -163,8 +163,3 @@ def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
         SchedulerConfig().with_env({"STRATA_ROW_TILE": "0"})
 
 
-def test_the_thread_only_knobs_are_named_where_stage_ranks_would_ignore_them():
-    from strata_engine.backends import thread_only_knobs
-    assert thread_only_knobs(SchedulerConfig().with_env({})) == []
-    both = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "1"})
-    assert thread_only_knobs(both) == ["STRATA_ROW_TILE", "STRATA_DECODE_ALL_THREADS"]

@@ -172,6 +172,7 @@ CASES = [
     ("2 ranks, 2 groups, pieces of 2 chunks", dict(split=2, batch_groups=2), {"STRATA_PIPED_READ_PIECE": str(2 * CHUNK)}),
     ("3 ranks, 2 groups, mixed read", dict(devices="cpu,cpu,cpu", batch_groups=2), {"STRATA_PIPED_READ_MIX": "1"}),
     ("3 ranks, 1 group, pieces of 1 chunk", dict(devices="cpu,cpu,cpu", batch_groups=1), {"STRATA_PIPED_READ_PIECE": str(CHUNK)}),
+    ("2 ranks, 2 groups, no row padding", dict(split=2, batch_groups=2), {"STRATA_ROW_TILE": "1"}),
 ]
 
 
@@ -183,6 +184,8 @@ def test_tokens_equal_solo_and_the_thread_pipeline(solo, label, layout, env):
         with Engine.from_pretrained(batch=4, prefill_chunk=CHUNK, threads=1, log_events=False, stage_workers=workers,
                                     env=env, **layout) as engine:
             assert engine.info()["stage_workers"] == workers
+            if "STRATA_ROW_TILE" in env:  # the measuring knob reaches the ranks as it reaches the threads
+                assert engine.info()["row_tile"] == int(env["STRATA_ROW_TILE"]), workers
             outs[workers] = [out.token_ids for out in engine.generate(PROMPTS, GREEDY)]
     for i, prompt in enumerate(PROMPTS):
         assert_tokens_equal(expected=solo[i], actual=outs["dist"][i], label=f"{label}, prompt {i}",
