@@ -92,4 +92,5 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
         return config, f"plain: auto found {unfit}"
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
     return fastest(config, given), (f"fastest ({how}): 2 stages, 2 batch groups, {fastest(config, given).prefill_chunk}-token "
-                                    "chunks, compiled decode, mixed read, merged decode (--layout plain: the flags alone)")
+                                    "chunks, compiled decode (compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged "
+                                    "decode (--layout plain: the flags alone)")
