@@ -13,6 +13,9 @@ from typing import Any, Callable
 import click
 
 from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
+from .layout import SHAPING, flags, resolve
+
+LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--layout auto then keeps them)
 
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
                 "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
@@ -109,8 +112,6 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
 
 def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
     """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error."""
-    from .layout import resolve
-
     context = click.get_current_context()
     given = {name for name in ENGINE_FLAGS
              if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
@@ -157,9 +158,8 @@ def main() -> None:
 @click.option("--layout", type=click.Choice(["auto", "plain", "fastest"]), default="auto", show_default=True,
               help="fastest: two stages, two groups, 256-token chunks, the compiled decode step, the mixed read and "
                    "the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
-                   "plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag (--split, "
-                   "--devices, --batch-groups, --stage-workers, --compile/--no-compile, --executor, --device) is given "
-                   "(STRATA_LAYOUT=plain|fastest sets what auto means).")
+                   f"plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag ({LAYOUT_FLAGS}) "
+                   "is given (STRATA_LAYOUT=plain|fastest sets what auto means).")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
           max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, **options: Any) -> None:
     """Serve the OpenAI-compatible HTTP API (docs/API.md) until SIGTERM/SIGINT."""

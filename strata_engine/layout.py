@@ -34,14 +34,19 @@ class Machine:
     layers: int  # the model's decoder layers
 
 
+def flags(names) -> str:
+    """EngineConfig field names as the command line spells them: --split, --batch-groups, ..."""
+    return ", ".join("--" + name.replace("_", "-") for name in names)
+
+
 def this_machine(config: EngineConfig) -> Machine:
-    """The cores, whether CUDA is there, and the model's layer count (imports torch: the engine is next)."""
+    """The cores (counted as the thread default and --stage-workers auto count them), whether CUDA is there, and
+    the model's layer count (imports torch: the engine is next)."""
     import torch
 
     from .model.weights import read_config, resolve_model_path
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return Machine(cores, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers)
+    return Machine(os.cpu_count() or 1, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers)
 
 
 def _unfit(config: EngineConfig, machine: Machine) -> str | None:
@@ -80,10 +85,10 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
         if meant == "plain":
             return config, f"plain: {LAYOUT_ENV}=plain"
         if shaped:
-            return config, f"plain: the layout flags given ({', '.join('--' + n.replace('_', '-') for n in shaped)})"
+            return config, f"plain: the layout flags given ({flags(shaped)})"
     elif shaped:
-        raise ValueError(f"--layout fastest sets the stages, groups and compiled step itself; drop "
-                         f"{', '.join('--' + n.replace('_', '-') for n in shaped)}, or use --layout plain")
+        raise ValueError(f"--layout fastest sets the stages, groups and compiled step itself; drop {flags(shaped)}, "
+                         "or use --layout plain")
     found = machine if isinstance(machine, Machine) else (machine or this_machine)(config)
     unfit = _unfit(config, found)
     if unfit is not None:
@@ -91,6 +96,7 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
             raise ValueError(f"--layout fastest cannot run with {unfit}; use --layout plain")
         return config, f"plain: auto found {unfit}"
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
-    return fastest(config, given), (f"fastest ({how}): 2 stages, 2 batch groups, {fastest(config, given).prefill_chunk}-token "
-                                    "chunks, compiled decode (compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged "
-                                    "decode (--layout plain: the flags alone)")
+    laid_out = fastest(config, given)
+    return laid_out, (f"fastest ({how}): 2 stages, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled decode "
+                      "(compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged decode "
+                      "(--layout plain: the flags alone)")
