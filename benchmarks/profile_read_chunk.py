@@ -3,8 +3,8 @@
 
 Reads --start tokens of real Python source into one slot (in 512-token chunks, untimed), then times
 --repeats reads of one --chunk-token chunk at position --start through `runtime.stage_forward` (what a
-stage thread or rank runs on a prompt chunk; the engine's row tile), at --threads threads, restoring the
-chunk's KV positions between repeats (each read is the same read). Prints the CPU, the chunk's median and
+stage thread or rank runs on a prompt chunk; the engine's row tile), at --threads threads; every repeat
+writes the same KV positions again, so each read is the same read. Prints the CPU, the chunk's median and
 best time, tokens per second, the labelled modules' shares (attention with its projections, MoE, norms;
 labels from profile_decode_step.py) and the top aten ops with their share of the profiled chunk, so the
 attention kernel's and the GEMMs' parts of a read can be read off. A chunk past the model's sliding window
@@ -26,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
-from strata_bench.provenance import device_info  # noqa: E402
+from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
@@ -40,15 +40,6 @@ def source_tokens(count: int) -> list[int]:
     while len(text) < count:
         text += text
     return list(text[:count])
-
-
-def avx512_flags() -> str:
-    """The CPU's AVX-512 flags from /proc/cpuinfo (machines of one model name differ in them), or 'no avx512'."""
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return "flags unknown"
-    return " ".join(sorted(f for f in flags.split(":", 1)[1].split() if f.startswith("avx512"))) or "no avx512"
 
 
 def main() -> None:
@@ -88,7 +79,7 @@ def main() -> None:
                 with record_function("@chunk"):
                     read()
     median, best = statistics.median(took), min(took)
-    print(f"CPU {device_info()['cpu']} ({avx512_flags()}), torch {torch.__version__}, {args.threads} thread(s), "
+    print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, {args.threads} thread(s), "
           f"row tile {tile}")
     print(f"chunk of {args.chunk} at position {args.start} (window {config.sliding_window}): {median * 1e3:.2f} ms "
           f"median, {best * 1e3:.2f} best; {args.chunk / median:.0f} tok/s")

@@ -59,14 +59,25 @@ def device_info() -> dict[str, Any]:
     return info
 
 
-def _cpu_name() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line's value in /proc/cpuinfo, or None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return None
+
+
+def _cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or "unknown"
+
+
+def cpu_flags(prefix: str = "") -> list[str]:
+    """The CPU's feature flags starting with `prefix` (e.g. "avx512"), sorted: machines of one model name differ in
+    them, so a speed table names them. Empty where /proc/cpuinfo is missing."""
+    return sorted(flag for flag in (_cpuinfo("flags") or "").split() if flag.startswith(prefix))
 
 
 def collect(argv: list[str]) -> dict[str, Any]:
