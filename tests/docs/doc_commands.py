@@ -286,6 +286,11 @@ CHECKS: dict[str, object] = {
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    # docs/MODEL.md, steady decode in the layouts that might use both cores, against vLLM
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "c1=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "c2=env STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --threads 2" --arm "c2p=env OMP_WAIT_POLICY=PASSIVE STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --threads 2" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+        Skip("four fresh engines a round, three of them compiling, one vLLM (~4 min); the MODEL.md steady-decode command runs the same script small"),
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "c1=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "d1=strata-engine serve --batch 6 --ctx 8192 --compile --stage-workers dist --threads 1" --arm "d2=env STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --stage-workers dist --threads 2" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+        Skip("four fresh engines a round, three of them compiling, one vLLM (~3 min); the MODEL.md steady-decode command runs the same script small"),
     # docs/MODEL.md, a read's chunk profiled on one core
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
     # docs/BATCHING.md, the default layout against the plain one and vLLM
