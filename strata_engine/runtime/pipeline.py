@@ -6,7 +6,10 @@ micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 c
 micro-batch while stage 1 works on the previous one. Only the last stage produces logits. A part is
 ragged (`Part.ragged`: prompt chunks and decode rows in one forward); each stage runs it through
 `stage_forward`, padded to `row_tile` rows, and `Pipeline.batch_invariant` says whether that makes a
-row's logits bitwise independent of the rows beside it here (runtime/invariance.py).
+row's logits bitwise independent of the rows beside it here (runtime/invariance.py). With the compiled
+step on, where every stage is on the CPU, a micro-batch of decode rows sent into an empty pipeline runs
+every layer in one compiled call on the first stage's thread and goes straight to the output (the whole
+decode; `MicroBatch.whole` says it did): its bits are the stage-by-stage step's, without the hand-overs.
 """
 from __future__ import annotations
 
@@ -102,12 +105,13 @@ class MicroBatch:
     copy: PrefixCopy | None = None  # instead of parts: the prompt cache's copy, done by each stage on its layers
     error: BaseException | None = None
     stage_ms: list[float] = field(default_factory=list)
+    whole: bool = False  # the pipeline's choice: decode rows through every stage's layers in one compiled call
 
 
 class Stage(threading.Thread):
     def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
                  outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int, compiled=None,
-                 decode_threads: int | None = None):
+                 decode_threads: int | None = None, whole=None, done: queue.Queue | None = None):
         super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
         self.plan, self.model, self.cache = plan, model, cache
         self.inbox, self.outbox = inbox, outbox
@@ -115,6 +119,7 @@ class Stage(threading.Thread):
         self.compiled = compiled  # CompiledDecode: decode-only parts through the compiled step
         self.decode_threads = decode_threads  # parts of decode rows only at this many threads (None: `threads`)
         self.prefixes = HostPrefixes(cache)  # this stage's layers of the prompt cache's host store
+        self.whole, self.done = whole, done  # the first stage's CompiledDecode over every layer, and the last queue
 
     def run(self) -> None:
         if self.threads:
@@ -124,6 +129,9 @@ class Stage(threading.Thread):
                 mb = self.inbox.get()
                 if mb is None:
                     return
+                if mb.whole and self.whole is not None and self._run_whole(mb):
+                    self.done.put(mb)  # every layer ran here: straight to the pipeline's output
+                    continue
                 if mb.error is None:
                     t0 = time.perf_counter()
                     try:
@@ -136,6 +144,18 @@ class Stage(threading.Thread):
                     mb.stage_ms.append((time.perf_counter() - t0) * 1000.0)
                 self.outbox.put(mb)
 
+    def _run_whole(self, mb: MicroBatch) -> bool:
+        """The micro-batch through every layer in one compiled call, if it is decode rows only; else False."""
+        t0 = time.perf_counter()
+        try:
+            if not self.whole.run(mb.parts[0]):
+                mb.whole = False  # not decode rows only: stage by stage
+                return False
+        except BaseException as exc:
+            mb.error = exc
+        mb.stage_ms.append((time.perf_counter() - t0) * 1000.0)
+        return True
+
     def _run_part(self, part: Part) -> None:
         if self.decode_threads and self.threads and part.rows.real == len(part.rows.rows):
             torch.set_num_threads(self.decode_threads)  # ~50 us a switch; bits equal (the thread probe said so)
@@ -146,6 +166,13 @@ class Stage(threading.Thread):
                 torch.set_num_threads(self.threads)
         stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device,
                       self.compiled)
+
+
+class _AllLayers:
+    """Every stage's KV layers as one cache, for the whole decode's compiled step."""
+
+    def __init__(self, caches: Sequence[KVCache]):
+        self.layers = {i: layer for cache in caches for i, layer in cache.layers.items()}
 
 
 class Pipeline:
@@ -175,14 +202,23 @@ class Pipeline:
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
         compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads)
                     if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
-        self.compile_info = compile_info((c.graphs, c.compile_s) for c in compiled if c is not None)
+        # The whole decode: where every stage is on one CPU, a decode micro-batch sent into an empty pipeline runs
+        # every layer in one compiled call on the first stage's thread, with no hand-over between stages (which
+        # costs more than the rows on a 2-core machine: docs/MODEL.md, "The whole decode"). Its graphs are one
+        # more warm-up.
+        whole = None
+        if compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
+            every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
+            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads)
+        self._whole = whole
+        self.compile_info = compile_info((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None)
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
         # thread cost more than it bought (docs/MODEL.md, "Where a decode step goes, today"); prompt chunks keep
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
         decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
         self._workers = [
             Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c,
-                  decode_threads)
+                  decode_threads, whole if i == 0 else None, self._done)
             for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
         ]
         for worker in self._workers:
@@ -194,6 +230,9 @@ class Pipeline:
         return len(self.stages)
 
     def submit(self, mb: MicroBatch) -> None:
+        # Only into an empty pipeline: no later stage holds an earlier micro-batch this one could overtake,
+        # nor touches the layers it writes.
+        mb.whole = self._whole is not None and self.in_flight == 0 and mb.copy is None and len(mb.parts) == 1
         self.in_flight += 1
         self._inbox.put(mb)
 

@@ -1,7 +1,8 @@
 """The compiled decode step (runtime/compiled_step.py): greedy tokens equal to the eager step's and to
 transformers' (dense, MoE, a shared expert, a sliding window, the shipped model), a row's logits
 bitwise the same alone and beside other rows, every other part left to the eager forward, the context
-limit still enforced, and the engine's --compile on thread stages and on stage ranks."""
+limit still enforced, the engine's --compile on thread stages and on stage ranks, and the thread pipeline's
+whole decode (every layer in one compiled call) bitwise equal to the stage-by-stage step."""
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,7 @@ from strata_engine.model import load_model
 from strata_engine.runtime.compiled_step import CompiledDecode, buckets
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
-from strata_engine.runtime.pipeline import Part
+from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages
 from strata_engine.runtime.stage_forward import stage_forward
 
 pytestmark = pytest.mark.slow  # torch.compile: seconds per engine (README's fast command skips it; .ci/run runs it)
@@ -124,7 +125,8 @@ def test_engine_compile_gives_the_eager_engines_text(workers):
     with Engine.from_pretrained(batch=4, batch_groups=2, split=2, stage_workers=workers, compile=True) as engine:
         info = engine.info()
         compiled = [o.text for o in engine.generate(prompts, params)]
-    assert info["compiled"]["graphs"] == 2, info["compiled"]  # one bucket (16 rows) on each of two stages
+    # one bucket on each of two stages, and on thread stages the whole decode's (every layer in one graph)
+    assert info["compiled"]["graphs"] == (3 if workers == "thread" else 2), info["compiled"]
     assert info["batch_invariant"]
     assert compiled == eager
 
@@ -134,3 +136,31 @@ def test_the_mixed_read_with_the_compiled_step_claims_no_invariance(monkeypatch)
     monkeypatch.setenv("STRATA_PIPED_READ_MIX", "1")
     with Engine.from_pretrained(batch=2, batch_groups=2, split=2, stage_workers="thread", compile=True) as engine:
         assert engine.info()["read_mix"] and not engine.info()["batch_invariant"]
+
+
+def test_the_whole_decode_gives_the_stage_by_stage_bits():
+    """Into an empty thread pipeline, decode rows run every layer in one compiled call on the first stage's
+    thread; a micro-batch sent behind another, or a prompt chunk, goes stage by stage. Same rows, same bits."""
+    model, config = load_model("strata-tiny-moe")
+    pipeline = Pipeline(model, plan_stages(config.num_layers, None, ["cpu", "cpu"], "cpu"), 4, 64, torch.float32,
+                        threads=1, compile=True)
+    try:
+        assert pipeline.batch_invariant
+        with torch.inference_mode():
+            prompts = [MicroBatch([Part.ragged([(slot, 0, PROMPTS[slot % 3])], True)]) for slot in range(4)]
+            for mb in prompts:
+                pipeline.submit(mb)
+            assert [mb.whole for mb in pipeline.drain()] == [False] * 4, "prompt chunks go stage by stage"
+            tokens = [int(mb.parts[0].logits[0].argmax()) for mb in prompts]
+            for step in range(6):
+                rows = [(slot, len(PROMPTS[slot % 3]) + step, [tokens[slot]]) for slot in range(4)]
+                whole, staged = MicroBatch([Part.ragged(rows, True)]), MicroBatch([Part.ragged(rows, True)])
+                pipeline.submit(whole)
+                pipeline.submit(staged)  # behind the first: stage by stage (it writes the same keys again)
+                assert pipeline.drain() == [whole, staged] and whole.whole and not staged.whole
+                assert whole.error is None and staged.error is None
+                assert len(whole.stage_ms) == 1 and len(staged.stage_ms) == 2
+                assert torch.equal(whole.parts[0].logits, staged.parts[0].logits), f"step {step}: the bits moved"
+                tokens = whole.parts[0].logits.argmax(-1).tolist()
+    finally:
+        pipeline.close()
