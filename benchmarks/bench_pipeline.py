@@ -13,7 +13,10 @@ Prints, from one run, side by side for each --stage-workers value:
   3. the longest pause of a decoding stream while a long prompt is read, pieces unset vs set
      (target: pieces cut it >= 3x), plus the long prompt's TTFT in both.
 Usage: .venv/bin/python benchmarks/bench_pipeline.py [--long 6000] [--chunk 256] [--piece 512] [--repeat 3]
-       [--stage-workers thread,dist] [--skip-pause] [--json out.json]
+       [--stage-workers thread,dist] [--compile] [--skip-pause] [--json out.json]
+With --compile every engine runs the compiled decode step; on thread stages a decode micro-batch alone in
+the pipeline then takes the whole decode (every layer in one call, one stage time), so item 2 compares the
+ranks' hops with none.
 With several --stage-workers values the arms (workers x groups) alternate within each repeat.
 """
 from __future__ import annotations
@@ -29,11 +32,11 @@ from strata_engine import Engine, SamplingParams
 from strata_engine.runtime.pipeline import MicroBatch, Part
 
 
-def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str = "auto") -> float:
+def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str = "auto", compile: bool = False) -> float:
     prompts = [f"def function_{i}(value):\n    " for i in range(batch)]
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     with Engine.from_pretrained(batch=batch, batch_groups=groups, split=2, prefill_chunk=chunk, log_events=False,
-                                stage_workers=workers) as engine:
+                                stage_workers=workers, compile=compile) as engine:
         engine.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
         done: list[float] = []
         handles = [engine.submit(p, params, on_output=lambda item: done.append(getattr(item, "t", None))) for p in prompts]
@@ -44,10 +47,10 @@ def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str =
     return (len(times) - batch) / (times[-1] - times[batch - 1])
 
 
-def transport_us(workers: str, rows: int, samples: int = 200) -> tuple[float, float, list[int]]:
+def transport_us(workers: str, rows: int, samples: int = 200, compile: bool = False) -> tuple[float, float, list[int]]:
     """One decode micro-batch of `rows` rows alone in the pipeline, `samples` times: the median round trip
     and the median of (round trip - the stages' compute), both in µs; and the bytes on each link."""
-    engine = Engine.from_pretrained(batch=max(rows, 2), split=2, log_events=False, stage_workers=workers)
+    engine = Engine.from_pretrained(batch=max(rows, 2), split=2, log_events=False, stage_workers=workers, compile=compile)
     pipeline = engine.executor.pipeline
     trips, transport = [], []
     try:
@@ -107,6 +110,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--stage-workers", default="thread,dist",
                     help="comma-separated: auto, thread, dist (each is measured; arms alternate)")
+    ap.add_argument("--compile", action="store_true", help="the compiled decode step in every engine")
     ap.add_argument("--skip-pause", action="store_true", help="measure the decode rates and the transport only")
     ap.add_argument("--json", default=None, help="also write every raw measurement to this file")
     args = ap.parse_args()
@@ -119,7 +123,7 @@ def main() -> None:
     for _ in range(args.repeat):  # alternate the arms so drift hits all of them
         for w, arm in rates:
             groups, batch = shapes[arm]
-            rates[(w, arm)].append(decode_rate(groups, batch, args.tokens, args.chunk, w))
+            rates[(w, arm)].append(decode_rate(groups, batch, args.tokens, args.chunk, w, args.compile))
     for w in workers:
         med = {arm: statistics.median(rates[(w, arm)]) for arm in shapes}
         target = 1.6 if w == "dist" else 1.3
@@ -132,7 +136,7 @@ def main() -> None:
 
     rows = max(1, args.batch // 2)
     for w in workers:
-        trip, transport, link_bytes = transport_us(w, rows)
+        trip, transport, link_bytes = transport_us(w, rows, compile=args.compile)
         raw["transport"][w] = {"rows": rows, "round_trip_us": trip, "transport_us": transport, "link_bytes": link_bytes}
         links = f", bytes per link {link_bytes}" if link_bytes else ""
         print(f"transport, stage workers {w}: a {rows}-row decode micro-batch alone: round trip {trip:.0f} µs, "
