@@ -2,9 +2,9 @@
 
 Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineConfig, why)`.
 `requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
-docs/BATCHING.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, two
-batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled decode step, the mixed read
-and the merged decode; stage ranks where `--stage-workers auto` picks them); `auto` (the default) means
+docs/BATCHING.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
+threads of this process, two batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled
+decode step with the whole decode, the mixed read and the merged decode); `auto` (the default) means
 `fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
 auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
@@ -66,8 +66,11 @@ def _unfit(config: EngineConfig, machine: Machine) -> str | None:
 
 def fastest(config: EngineConfig, given: Collection[str]) -> EngineConfig:
     chunk = config.prefill_chunk if "prefill_chunk" in given else FASTEST_CHUNK
+    # Thread stages, not ranks: only they share the KV cache that lets a decode step run every layer in one
+    # compiled call (the whole decode, runtime/pipeline.py), which beat the ranks' three hops a step in
+    # docs/BATCHING.md, "The default layout, measured"; the reads came out level.
     return replace(config, layout="fastest", devices=("cpu", "cpu"), split=None, batch_groups=2, compile=True,
-                   prefill_chunk=chunk)
+                   prefill_chunk=chunk, stage_workers="thread")
 
 
 def resolve(config: EngineConfig, requested: str, given: Collection[str], env: Mapping[str, str] | None = None,
@@ -97,6 +100,6 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
         return config, f"plain: auto found {unfit}"
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
     laid_out = fastest(config, given)
-    return laid_out, (f"fastest ({how}): 2 stages, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled decode "
-                      "(compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged decode "
+    return laid_out, (f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
+                      "and whole decode (compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged decode "
                       "(--layout plain: the flags alone)")

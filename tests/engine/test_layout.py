@@ -100,7 +100,8 @@ def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_token
         info = httpx.get(f"{url}/v1/engine", timeout=30).json()
         assert (info["layout"], info["num_stages"], info["batch_groups"], info["read_mix"], info["decode_merge"]) == \
             ("fastest", 2, 2, 1, 1)
-        assert info["compiled"]["graphs"] >= 1 and info["prefill_chunk"] == FASTEST_CHUNK
+        assert info["compiled"]["graphs"] >= 3 and info["prefill_chunk"] == FASTEST_CHUNK  # two stages' and the whole's
+        assert info["stage_workers"] == "thread"
         for entry in golden["answers"][:3]:
             body = {"prompt": entry["prompt"], "max_tokens": golden["max_tokens"], "temperature": 0,
                     "return_token_ids": True}
