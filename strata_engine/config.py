@@ -46,7 +46,8 @@ ENV_HELP = {
 
 
 def env_number(env: Mapping[str, str], name: str, cast: type, default: float, minimum: float | None):
-    """Read one numeric variable; bad values give the default and one warning naming the variable."""
+    """Read one numeric variable; a bad value keeps `default` (the variable's default, or the value a layout
+    set: layout.py) with one warning naming the variable and the value kept."""
     raw = env.get(name)
     if raw is None:
         return cast(default)
@@ -55,10 +56,10 @@ def env_number(env: Mapping[str, str], name: str, cast: type, default: float, mi
         if value != value:  # NaN
             raise ValueError
     except (ValueError, TypeError, OverflowError):
-        warnings.warn(f"{name}={raw!r} is not a number; using the default {default}", stacklevel=3)
+        warnings.warn(f"{name}={raw!r} is not a number; keeping {default}", stacklevel=3)
         return cast(default)
     if minimum is not None and value < minimum:
-        warnings.warn(f"{name}={raw!r} is below {minimum}; using the default {default}", stacklevel=3)
+        warnings.warn(f"{name}={raw!r} is below {minimum}; keeping {default}", stacklevel=3)
         return cast(default)
     return value
 

@@ -25,6 +25,7 @@ def test_auto_lays_a_multi_core_cpu_engine_out_as_the_fastest_layout():
     config, why = resolve(EngineConfig(batch=6, ctx=8192), "auto", given={"batch", "ctx"}, env={}, machine=TWO_CORES)
     assert (config.layout, config.devices, config.batch_groups, config.compile, config.prefill_chunk) == \
         ("fastest", ("cpu", "cpu"), 2, True, FASTEST_CHUNK)
+    assert config.stage_workers == "thread"  # the whole decode needs the stages' shared KV cache
     assert config.num_stages == 2 and config.batch == 6 and config.ctx == 8192
     assert why.startswith("fastest (auto on 2 CPU cores)")
     sched = config.scheduler_config()  # the layout's knobs
@@ -37,6 +38,9 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
     env = {"STRATA_PIPED_DECODE_MERGE": "0", "STRATA_PIPED_READ_PIECE": "512"}
     sched = EngineConfig(batch=6, layout="fastest", env=env).scheduler_config()
     assert (sched.decode_merge, sched.read_mix, sched.piped_read_piece) == (0, 1, 512)
+    with pytest.warns(UserWarning, match=r"STRATA_PIPED_DECODE_MERGE='yes' is not a number; keeping 1"):
+        sched = EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": "yes"}).scheduler_config()
+    assert sched.decode_merge == 1  # the layout's value, not the variable's default (0)
 
 
 @pytest.mark.parametrize("given,why", [
