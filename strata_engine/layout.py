@@ -101,5 +101,5 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
     laid_out = fastest(config, given)
     return laid_out, (f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
-                      "and whole decode (compiled before STRATA_READY: ~10-20 s on a first start), mixed read, merged decode "
+                      "and whole decode (compiled before the ready line: ~10-20 s on a first start), mixed read, merged decode "
                       "(--layout plain: the flags alone)")

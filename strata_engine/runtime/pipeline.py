@@ -129,7 +129,7 @@ class Stage(threading.Thread):
                 mb = self.inbox.get()
                 if mb is None:
                     return
-                if mb.whole and self.whole is not None and self._run_whole(mb):
+                if mb.whole and mb.error is None and self.whole is not None and self._run_whole(mb):
                     self.done.put(mb)  # every layer ran here: straight to the pipeline's output
                     continue
                 if mb.error is None:
