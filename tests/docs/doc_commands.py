@@ -293,6 +293,9 @@ CHECKS: dict[str, object] = {
         Skip("four fresh engines a round, three of them compiling, one vLLM (~3 min); the MODEL.md steady-decode command runs the same script small"),
     # docs/MODEL.md, a read's chunk profiled on one core
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
+    # docs/MODEL.md, steady decode with the whole decode
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     # docs/MODEL.md, the whole decode against the ranks' hops
     ".venv/bin/python benchmarks/bench_pipeline.py --compile --skip-pause --repeat 1 --batch 8 --stage-workers thread,dist":
         Skip(MINUTES),
