@@ -68,7 +68,7 @@ def fastest(config: EngineConfig, given: Collection[str]) -> EngineConfig:
     chunk = config.prefill_chunk if "prefill_chunk" in given else FASTEST_CHUNK
     # Thread stages, not ranks: only they share the KV cache that lets a decode step run every layer in one
     # compiled call (the whole decode, runtime/pipeline.py), which beat the ranks' three hops a step in
-    # docs/BATCHING.md, "The default layout, measured"; the reads came out level.
+    # docs/BATCHING.md, "On stage threads, with the whole decode"; the reads came out level.
     return replace(config, layout="fastest", devices=("cpu", "cpu"), split=None, batch_groups=2, compile=True,
                    prefill_chunk=chunk, stage_workers="thread")
 

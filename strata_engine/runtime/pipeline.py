@@ -218,7 +218,7 @@ class Pipeline:
         decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
         self._workers = [
             Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c,
-                  decode_threads, whole if i == 0 else None, self._done)
+                  decode_threads, *((whole, self._done) if i == 0 else ()))
             for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
         ]
         for worker in self._workers:
