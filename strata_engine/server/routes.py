@@ -165,7 +165,11 @@ async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_toke
             out.append(sse(dumps(APIError(500, message, type="server_error").body())))
         else:
             # The finish rides on the last token's event when it is still pending; after an EOS (not an
-            # output token) or a stop string found late it comes in one more event with no token.
+            # output token) or a stop string found late it comes in one more event with no token, even when
+            # the token before it and the Finished arrived together (the engine did not mark that token last).
+            if pending is not None and pending.finish_reason is None:
+                out.append(event([pending], None))
+                pending = None
             out.append(event([pending] if pending is not None else [], completion.finish_reason,
                              getattr(item, "unsent_text", ""), completion.prompt_token_ids))
             if include_usage:
