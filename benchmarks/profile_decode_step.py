@@ -5,8 +5,9 @@ Reads --rows prompts of --prompt tokens into a KV cache, then profiles --steps g
 rows together through `runtime.stage_forward` (what a stage thread or rank runs), with each module's time
 labelled (embed, per layer: input norm, attention projection + rotary, per-row attention, o_proj, post norm,
 MoE router/experts; head), for each arm: eager invariant (rows padded to the 16-row tile), eager padding off,
-and the compiled step. Layers can be split like `--split 2` (two stages' layer ranges timed separately, no
-transport: that is measured on the server, docs/MODEL.md). Prints µs per step per label and the top aten ops.
+the compiled step, and the compiled step with inductor's C++ GEMM templates (`template`). Layers can be split
+like `--split 2` (two stages' layer ranges timed separately, no transport: that is measured on the server,
+docs/MODEL.md). Prints µs per step per label and the top aten ops.
 
   .venv/bin/python benchmarks/profile_decode_step.py --rows 1,6 --threads 1,2
 """
@@ -77,7 +78,9 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=300)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--arms", default="invariant,padding_off,compiled",
-                   help="invariant (the engine's tile), padding_off, compiled, tileN (eager at a row tile of N), compiledN (compiled at a tile of N)")
+                   help="invariant (the engine's tile), padding_off, compiled, template (compiled with "
+                        "STRATA_COMPILED_GEMMS=template's C++ GEMM templates), tileN (eager at a row tile of N), compiledN "
+                        "(compiled at a tile of N)")
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
     tile = default_row_tile(config, "cpu", torch.float32, max(int(t) for t in args.threads.split(",")))  # the engine's
@@ -91,7 +94,9 @@ def main() -> None:
                 row_tile = 1 if arm == "padding_off" else int(re.sub(r"^\D*", "", arm) or tile)
                 apply_row_tile(model, row_tile)
                 kv = KVCache(config, num_slots=batch, ctx=args.prompt + 4 * args.steps + 8)
-                compiled = CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads) if arm.startswith("compiled") else None
+                gemms = "template" if arm == "template" else "aten"
+                compiled = (CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads, gemms=gemms)
+                            if arm.startswith("compiled") or arm == "template" else None)
                 with torch.inference_mode():
                     tokens = []
                     for slot in range(batch):

@@ -64,6 +64,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
     from .model.tokenizer import load_tokenizer
     from .model.weights import load_model, read_config, resolve_model_path
+    from .runtime.compiled_step import gemms_choice
     from .runtime.pipeline import Pipeline, plan_stages, split_layers
     from .executors.torch_executor import TorchExecutor
 
@@ -87,6 +88,8 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
                             compile=config.compile, decode_all_threads=sched.decode_all_threads)
     if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
+        pipeline.batch_invariant = pipeline.layout_invariant = False
+    if config.compile and gemms_choice() == "template":  # its GEMM kernels round a row by its place in the micro-batch
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,

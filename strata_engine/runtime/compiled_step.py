@@ -17,13 +17,24 @@ chosen experts. A row's logits do not depend on the rows beside it (one graph pe
 padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (5e-6 apart on
 strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
 with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
+
+Its GEMMs (`STRATA_COMPILED_GEMMS`): `aten` (the default) calls MKL through ATen; `template` compiles them
+with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune` with the CPP backend alone,
+so no autotuning runs and every bucket takes the same kernel; the experts' down projection becomes one GEMM
+over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
+step takes ~0.6x the `aten` one (docs/MODEL.md, "The compiled GEMMs"); the cost is ~20 s more compiling per
+compiled step at start (inductor's graph cache skips frozen graphs) and one frozen copy of its layers'
+weights each. A row's logits stay independent of the rows beside it (a test compares them across buckets).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import types
 
 import torch
+import torch.nn.functional as F
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
@@ -97,6 +108,25 @@ def recompiles_allowed():
     return config.patch(**{name: max(getattr(config, name), 1 << 16)})
 
 
+GEMMS_ENV = "STRATA_COMPILED_GEMMS"
+GEMMS = ("aten", "template")
+
+
+def gemms_choice(env=None) -> str:
+    """`STRATA_COMPILED_GEMMS`: aten (unset or empty) or template; anything else is an error naming it."""
+    value = (os.environ if env is None else env).get(GEMMS_ENV, "").strip() or "aten"
+    if value not in GEMMS:
+        raise ValueError(f"{GEMMS_ENV} must be one of {', '.join(GEMMS)}, got {value!r}")
+    return value
+
+
+def _inductor_options(gemms: str):
+    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults."""
+    if gemms != "template":
+        return contextlib.nullcontext()
+    return torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
+
+
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
     """rows -> the padded row count of its graph: a multiple of the row tile, else a power of two."""
     if row_tile > 1:
@@ -106,8 +136,9 @@ def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
 
 class CompiledDecode:
     def __init__(self, model: torch.nn.Module, layers: range, cache: KVCache, is_first: bool, is_last: bool,
-                 row_tile: int, num_slots: int, threads: int | None = None, device: str = "cpu"):
+                 row_tile: int, num_slots: int, threads: int | None = None, device: str = "cpu", gemms: str | None = None):
         self.model, self.layers, self.cache = model, list(layers), cache
+        self.gemms = gemms_choice() if gemms is None else gemms
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
@@ -127,7 +158,7 @@ class CompiledDecode:
             o = torch.ops.strata.decode_attention(q, k, v, kv.k, kv.v, slots, positions, self.window)
             h = h + attn.o_proj(o.reshape(o.shape[0], -1))
             x = block.post_attention_layernorm(h)
-            h = h + (_moe(block.mlp, x, weight) if isinstance(block.mlp, MoE) else block.mlp(x))
+            h = h + (_moe(block.mlp, x, weight, self.gemms == "template") if isinstance(block.mlp, MoE) else block.mlp(x))
         return self.model.head(h) if self.is_last else h
 
     def _warm_up(self, threads: int | None) -> float:
@@ -140,7 +171,7 @@ class CompiledDecode:
             if threads:
                 torch.set_num_threads(threads)
             largest = {bucket: rows for rows, bucket in self.bucket_of.items()}
-            with torch.inference_mode(), recompiles_allowed():
+            with torch.inference_mode(), recompiles_allowed(), _inductor_options(self.gemms):
                 for rows in largest.values():
                     self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
                                torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,
@@ -178,13 +209,26 @@ class CompiledDecode:
         return self._step(x, positions, slots)
 
 
-def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The MoE layer on every expert (static shapes); padding rows weigh 0 on every expert."""
+def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor, one_down_gemm: bool = False) -> torch.Tensor:
+    """The MoE layer on every expert (static shapes); padding rows weigh 0 on every expert. one_down_gemm: the
+    experts' down projections as one GEMM over [rows, experts x width] (each expert's rows scaled by its router
+    weight first) instead of a batched GEMM and a weighted sum."""
     _, weights, experts = moe.route(x)
-    out = moe._every_expert(x, weights * weight, experts)
+    if one_down_gemm:
+        out = _every_expert_one_down(moe, x, weights * weight, experts)
+    else:
+        out = moe._every_expert(x, weights * weight, experts)
     if moe.shared_expert is not None:
         out = out + torch.sigmoid(moe.shared_expert_gate(x)) * moe.shared_expert(x)
     return out
+
+
+def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    tokens, (num_experts, inter2, hidden) = x.shape[0], moe.gate_up_proj.shape
+    dense = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)  # [N, E]
+    gate, up = F.linear(x, moe.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
+    routed = (F.silu(gate) * up) * dense[..., None]  # [N, E, I], unchosen experts' rows 0
+    return F.linear(routed.reshape(tokens, -1), moe.down_proj.transpose(0, 1).reshape(hidden, -1))  # [N, E*I] @ [E*I, D]
 
 
 def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool, is_last: bool, row_tile: int,
@@ -193,9 +237,11 @@ def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool,
     return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device)
 
 
-def compile_info(built) -> dict | None:
-    """What the stages' warm-ups built, for /v1/engine: (graphs, seconds) per stage, summed; None for none."""
+def compile_info(built, gemms: str | None = None) -> dict | None:
+    """What the stages' warm-ups built, for /v1/engine: (graphs, seconds) per stage, summed, and which GEMMs
+    (`STRATA_COMPILED_GEMMS`); None for none."""
     built = list(built)
     if not built:
         return None
-    return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2)}
+    return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2),
+            "gemms": gemms or gemms_choice()}

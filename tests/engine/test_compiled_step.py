@@ -14,7 +14,7 @@ from tokens_equal import assert_tokens_equal
 from strata_engine import Engine, SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.model import load_model
-from strata_engine.runtime.compiled_step import CompiledDecode, buckets
+from strata_engine.runtime.compiled_step import GEMMS_ENV, CompiledDecode, buckets, gemms_choice
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.slow  # torch.compile: seconds per engine (README's fas
 PROMPTS = [[5, 17, 33, 2, 9, 41, 8], [60, 1, 1, 22, 3], [7, 7, 7, 70, 12, 30, 31, 4, 19]]
 
 
-def decode(model, prompts, steps: int, compiled: bool, ctx: int = 64, tile: int | None = None):
+def decode(model, prompts, steps: int, compiled: bool, ctx: int = 64, tile: int | None = None, gemms: str = "aten"):
     """Read each prompt into its slot, then decode every row together `steps` times; -> (tokens per row, last logits)."""
     tile = row_tile_for(model.config) if tile is None else tile
     apply_row_tile(model, tile)
     layers = range(model.config.num_layers)
     kv = KVCache(model.config, num_slots=len(prompts), ctx=ctx)
-    step = CompiledDecode(model, layers, kv, True, True, tile, len(prompts), threads=1) if compiled else None
+    step = CompiledDecode(model, layers, kv, True, True, tile, len(prompts), threads=1, gemms=gemms) if compiled else None
     out: list[list[int]] = [[] for _ in prompts]
     with torch.inference_mode():
         for slot, ids in enumerate(prompts):
@@ -89,6 +89,24 @@ def test_a_rows_logits_do_not_depend_on_the_rows_beside_it():
         beside, logits = decode(model, others + [target], 6, compiled=True)
         assert beside[-1] == alone[0]
         assert torch.equal(logits[-1], logits_alone[0]), f"beside {len(others)} row(s): the target's logits moved"
+
+
+def test_template_gemms_give_the_eager_tokens():
+    """Inductor's C++ GEMM templates (STRATA_COMPILED_GEMMS=template) over six rows (the 8-row graph): the
+    greedy tokens of the eager step. Their kernels do not keep a row's bits independent of its place in the
+    micro-batch (measured: the same row first or sixth of six differs in the last bits), so the engine claims
+    no batch invariance with them (backends.build_torch)."""
+    model = load_model("strata-tiny-moe")[0]
+    prompts = [list(b"x = 1\n"), list(b"while True:"), list(b"#"), list(b"import os"), list(b"def f("), list(b"for i in range(")]
+    compiled, _ = decode(model, prompts, 12, compiled=True, tile=4, gemms="template")
+    eager, _ = decode(model, prompts, 12, compiled=False, tile=4)
+    assert compiled == eager
+
+
+def test_compiled_gemms_are_named_or_refused(monkeypatch):
+    assert gemms_choice({}) == "aten" and gemms_choice({GEMMS_ENV: "template"}) == "template"
+    with pytest.raises(ValueError, match=f"{GEMMS_ENV} must be one of aten, template, got 'mkl'"):
+        gemms_choice({GEMMS_ENV: "mkl"})
 
 
 def test_only_decode_rows_take_the_compiled_step():
