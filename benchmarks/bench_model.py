@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
-from strata_engine.runtime.compiled_step import CompiledDecode, recompiles_allowed  # noqa: E402
+from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
@@ -188,9 +188,10 @@ def main() -> None:
                         took, greedy[arm] = ours_decode(model, config, rows[:batch], args.decode_steps, tile)
                         record(f"{arm}_decode_b{batch}_t{t}", took)
                     if args.compile:  # the arms above switched the weight layout back and forth: its guards recompile
-                        with recompiles_allowed():
+                        kv_and_step = compiled_step(model, config, batch, t, ctx)
+                        with kv_and_step[1].compiling():  # as compiled at first (STRATA_COMPILED_GEMMS: its GEMMs)
                             took, greedy["ours_compiled"] = ours_decode(model, config, rows[:batch], args.decode_steps,
-                                                                        tiles["ours"], compiled_step(model, config, batch, t, ctx))
+                                                                        tiles["ours"], kv_and_step)
                         record(f"ours_compiled_decode_b{batch}_t{t}", took)
                     one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
                     record(f"hf_decode_b{batch}_t{t}", full - one)

@@ -64,7 +64,6 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
     from .model.tokenizer import load_tokenizer
     from .model.weights import load_model, read_config, resolve_model_path
-    from .runtime.compiled_step import gemms_choice
     from .runtime.pipeline import Pipeline, plan_stages, split_layers
     from .executors.torch_executor import TorchExecutor
 
@@ -79,17 +78,18 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         # on 2 cores, 2 OpenMP threads beside it spin against it (docs/MODEL.md, "Where a decode step goes, today").
         threads = max(1, ((os.cpu_count() or 1) - 1) // len(stages))
     workers = config.stage_workers_for([s.device for s in stages])
+    gemms = config.compiled_gemms() if config.compile else "aten"
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
-        pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config)
+        pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config, gemms)
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
-                            compile=config.compile, decode_all_threads=sched.decode_all_threads)
+                            compile=config.compile, decode_all_threads=sched.decode_all_threads, gemms=gemms)
     if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
         pipeline.batch_invariant = pipeline.layout_invariant = False
-    if config.compile and gemms_choice() == "template":  # its GEMM kernels round a row by its place in the micro-batch
+    if config.compile and gemms == "template":  # its GEMM kernels round a row by its place in the micro-batch
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
@@ -106,7 +106,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     )
 
 
-def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config):
+def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config, gemms: str):
     from .runtime.dist.pipeline import DistPipeline
     from .runtime.dist.ranks import JoinedRanks, LocalRanks
     from .runtime.invariance import default_row_tile
@@ -119,7 +119,7 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
     return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
                         model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
                         max_tokens=sched.prefill_chunk + sched.batch,
-                        row_tile=tile, compile=config.compile)
+                        row_tile=tile, compile=config.compile, gemms=gemms)
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:

@@ -28,6 +28,16 @@ STAGE_WORKERS = ("auto", "thread", "dist")
 DEFAULT_PROMPT_CACHE_MIB = 1024
 PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
+COMPILED_GEMMS_ENV = "STRATA_COMPILED_GEMMS"  # the compiled step's GEMMs (runtime/compiled_step.py)
+COMPILED_GEMMS = ("aten", "template")
+
+
+def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") -> str:
+    """`STRATA_COMPILED_GEMMS`: aten or template where set (anything else is an error naming it), else `default`."""
+    value = (os.environ if env is None else env).get(COMPILED_GEMMS_ENV, "").strip() or default
+    if value not in COMPILED_GEMMS:
+        raise ValueError(f"{COMPILED_GEMMS_ENV} must be one of {', '.join(COMPILED_GEMMS)}, got {value!r}")
+    return value
 STAGE_RANKS = ("launch", "join")
 # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
 # (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
@@ -191,6 +201,8 @@ class EngineConfig:
             raise ValueError(f"stage_timeout_s must be > 0, got {self.stage_timeout_s}")
         if self.compile and self.executor != "torch":
             raise ValueError("--compile compiles the torch executor's model step; the sim executor has none")
+        if self.compile:
+            self.compiled_gemms()  # a bad STRATA_COMPILED_GEMMS is named before anything loads
         if self.stage_ranks == "join" and self.stage_workers != "dist":
             raise ValueError("--stage-ranks join needs --stage-workers dist")
         if not isinstance(self.prompt_cache_mib, int) or self.prompt_cache_mib < 0:
@@ -237,6 +249,11 @@ class EngineConfig:
     def resolved_batch_groups(self) -> int:
         groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)
         return max(1, min(groups, self.batch))
+
+    def compiled_gemms(self) -> str:
+        """The compiled step's GEMMs: `STRATA_COMPILED_GEMMS` where set, else the layout's (fastest: inductor's C++
+        template, docs/MODEL.md "The compiled GEMMs"), else MKL's through ATen."""
+        return gemms_choice(self.env, "template" if self.layout == "fastest" else "aten")
 
     def scheduler_config(self) -> SchedulerConfig:
         base = SchedulerConfig(

@@ -4,14 +4,15 @@ Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineC
 `requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
 docs/BATCHING.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
 threads of this process, two batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled
-decode step with the whole decode, the mixed read and the merged decode); `auto` (the default) means
+decode step with the whole decode and its GEMMs through inductor's C++ template (`EngineConfig.compiled_gemms`),
+the mixed read and the merged decode); `auto` (the default) means
 `fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
 auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
 what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why` is one line for the log.
 
-The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) are the layout's defaults: the STRATA_*
-variables still override them (`EngineConfig.scheduler_config`).
+The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
+STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
 """
 from __future__ import annotations
 
@@ -101,5 +102,6 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
     laid_out = fastest(config, given)
     return laid_out, (f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
-                      "and whole decode (compiled before the ready line: ~10-20 s on a first start), mixed read, merged decode "
+                      "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
+                      "merged decode "
                       "(--layout plain: the flags alone)")

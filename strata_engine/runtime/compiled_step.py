@@ -18,13 +18,15 @@ padded GEMMs), but they are not bitwise the eager step's: inductor fuses the nor
 strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
 with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
 
-Its GEMMs (`STRATA_COMPILED_GEMMS`): `aten` (the default) calls MKL through ATen; `template` compiles them
+Its GEMMs (`gemms`: `EngineConfig.compiled_gemms`, `STRATA_COMPILED_GEMMS`): `aten` calls MKL through
+ATen (the plain layouts' default); `template` (the fastest layout's) compiles them
 with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune` with the CPP backend alone,
 so no autotuning runs and every bucket takes the same kernel; the experts' down projection becomes one GEMM
 over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
 step takes ~0.6x the `aten` one (docs/MODEL.md, "The compiled GEMMs"); the cost is ~20 s more compiling per
 compiled step at start (inductor's graph cache skips frozen graphs) and one frozen copy of its layers'
-weights each. A row's logits stay independent of the rows beside it (a test compares them across buckets).
+weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
+batch invariance (backends.build_torch).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import types
 import torch
 import torch.nn.functional as F
 
+from ..config import gemms_choice
 from ..model.attention import attend_row
 from ..model.transformer import MoE
 from .invariance import padded_rows
@@ -101,23 +104,11 @@ def recompiles_allowed():
     (one per bucket, compiled by the warm-up; a weight layout switched back and forth, as in bench_model, adds
     its own): dynamo's recompile limit is lifted around the warm-up only, a context rather than a process-wide
     setting, so other compiled code keeps its limit. A caller that changes what the graphs
-    were compiled for (bench_model switching weight layouts) holds this context around its own calls; a
-    step costs ~50 us more inside it, so the engine's steps run outside."""
+    were compiled for (bench_model switching weight layouts) holds it, through `CompiledDecode.compiling`,
+    around its own calls; a step costs ~50 us more inside it, so the engine's steps run outside."""
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     return config.patch(**{name: max(getattr(config, name), 1 << 16)})
-
-
-GEMMS_ENV = "STRATA_COMPILED_GEMMS"
-GEMMS = ("aten", "template")
-
-
-def gemms_choice(env=None) -> str:
-    """`STRATA_COMPILED_GEMMS`: aten (unset or empty) or template; anything else is an error naming it."""
-    value = (os.environ if env is None else env).get(GEMMS_ENV, "").strip() or "aten"
-    if value not in GEMMS:
-        raise ValueError(f"{GEMMS_ENV} must be one of {', '.join(GEMMS)}, got {value!r}")
-    return value
 
 
 def _inductor_options(gemms: str):
@@ -171,7 +162,7 @@ class CompiledDecode:
             if threads:
                 torch.set_num_threads(threads)
             largest = {bucket: rows for rows, bucket in self.bucket_of.items()}
-            with torch.inference_mode(), recompiles_allowed(), _inductor_options(self.gemms):
+            with torch.inference_mode(), self.compiling():
                 for rows in largest.values():
                     self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
                                torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,
@@ -179,6 +170,15 @@ class CompiledDecode:
         finally:
             torch.set_num_threads(previous)
         return time.perf_counter() - start
+
+    def compiling(self) -> contextlib.ExitStack:
+        """The recompile limit lifted and this step's inductor options (its GEMMs): what the warm-up holds, and what
+        a caller that may recompile the step (bench_model switching weight layouts) holds around its calls, so a
+        recompile builds the same kind of graph."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(recompiles_allowed())
+        stack.enter_context(_inductor_options(self.gemms))
+        return stack
 
     def run(self, part) -> bool:
         rows = part.rows.rows
@@ -232,16 +232,16 @@ def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, exp
 
 
 def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool, is_last: bool, row_tile: int,
-                   num_slots: int, threads: int | None) -> CompiledDecode:
+                   num_slots: int, threads: int | None, gemms: str = "aten") -> CompiledDecode:
     """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up."""
-    return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device)
+    return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device, gemms)
 
 
-def compile_info(built, gemms: str | None = None) -> dict | None:
-    """What the stages' warm-ups built, for /v1/engine: (graphs, seconds) per stage, summed, and which GEMMs
-    (`STRATA_COMPILED_GEMMS`); None for none."""
+def compile_info(built, gemms: str = "aten") -> dict | None:
+    """What the stages' warm-ups built, for /v1/engine: (graphs, seconds) per stage, summed, and their GEMMs;
+    None for none."""
     built = list(built)
     if not built:
         return None
     return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2),
-            "gemms": gemms or gemms_choice()}
+            "gemms": gemms}

@@ -180,10 +180,10 @@ class Pipeline:
 
     def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
                  dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None, compile: bool = False,
-                 decode_all_threads: bool = False):
+                 decode_all_threads: bool = False, gemms: str = "aten"):
         """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1;
         1 = padding off, no invariance claim). compile: decode-only micro-batches through each stage's compiled
-        step, compiled here (the warm-up). decode_all_threads: decode parts at the stages' full thread count."""
+        step, compiled here (the warm-up), its GEMMs `gemms` (runtime/compiled_step.py). decode_all_threads: decode parts at the stages' full thread count."""
         self.stages = list(stages)
         self.row_tile = default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
         self.threads = threads
@@ -200,7 +200,7 @@ class Pipeline:
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
-        compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads)
+        compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads, gemms)
                     if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
         # The whole decode: where every stage is on one CPU, a decode micro-batch sent into an empty pipeline runs
         # every layer in one compiled call on the first stage's thread, with no hand-over between stages (which
@@ -209,9 +209,9 @@ class Pipeline:
         whole = None
         if compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
             every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
-            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads)
+            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads, gemms)
         self._whole = whole
-        self.compile_info = compile_info((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None)
+        self.compile_info = compile_info(((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None), gemms)
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
         # thread cost more than it bought (docs/MODEL.md, "Where a decode step goes, today"); prompt chunks keep
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).

@@ -19,7 +19,7 @@ def test_engines_not_installed_are_left_out_saying_how_to_install(tmp_path, monk
     monkeypatch.setenv("STRATA_VLLM", str(tmp_path / "absent"))
     monkeypatch.setenv("STRATA_LLAMA_SERVER", str(tmp_path / "absent"))
     preset, notes = load_preset("engines").installed()
-    assert [name for name, _ in preset.arms] == ["strata-release", "strata-fastest"]
+    assert [name for name, _ in preset.arms] == ["strata-release", "strata-fastest", "strata-fastest-mkl"]
     assert "arm 'vllm' left out: vLLM is not installed: run `bash scripts/install_vllm.sh`" in notes[0]
     assert "arm 'llama-server' left out: llama.cpp's llama-server is not built: run `bash scripts/install_llama_cpp.sh`" in notes[1]
     assert all("{" not in command for _, command in preset.arms)
@@ -35,4 +35,4 @@ def test_a_preset_with_no_installed_engine_is_an_error(tmp_path, monkeypatch):
 def test_the_engines_preset_runs_the_spec_scenarios_in_abba_rounds():
     preset = load_preset("engines")
     assert preset.scenarios == ("two_joiners", "followup", "read_alone") and preset.repeat >= 2
-    assert {"strata-release", "strata-fastest", "vllm", "llama-server"} == {name for name, _ in preset.arms}
+    assert {"strata-release", "strata-fastest", "strata-fastest-mkl", "vllm", "llama-server"} == {name for name, _ in preset.arms}

@@ -272,7 +272,7 @@ CHECKS: dict[str, object] = {
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
-    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-threads":
+    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-template":
         Skip("36 engine runs, ~12 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
     # docs/BATCHING.md, the agents re-measured
     'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"':
@@ -294,7 +294,7 @@ CHECKS: dict[str, object] = {
     # docs/MODEL.md, a read's chunk profiled on one core
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
     # docs/MODEL.md, steady decode with the whole decode
-    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     # docs/MODEL.md, the whole decode against the ranks' hops
     ".venv/bin/python benchmarks/bench_pipeline.py --compile --skip-pause --repeat 1 --batch 8 --stage-workers thread,dist":
@@ -304,8 +304,12 @@ CHECKS: dict[str, object] = {
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default-2 --arm default="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm pt80="env STRATA_PIPED_PAUSE_TARGET_MS=80 env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
-    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-threads --arm default="strata-engine serve --batch 6 --ctx 8192" --arm ranks="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"':
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-threads --arm default="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm ranks="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/template-gemms --arm mkl="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm template="env STRATA_COMPILED_GEMMS=template strata-engine serve --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"':
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
+    ".venv/bin/python benchmarks/profile_decode_step.py --rows 4,6 --threads 1 --prompt 64 --steps 100 --arms compiled,template":
+        Run(((r"--rows 4,6 --threads 1 --prompt 64 --steps 100", "--rows 2 --threads 1 --prompt 8 --steps 2"),), timeout=300),
     'S="strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip("sets a shell variable for the command after it"),
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "groups=$S" --arm "merged=env STRATA_PIPED_DECODE_MERGE=1 $S" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Skip("three fresh engines a round, two of them compiling (~3 min); the MODEL.md steady-decode command runs the same script small"),

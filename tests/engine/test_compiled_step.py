@@ -14,7 +14,7 @@ from tokens_equal import assert_tokens_equal
 from strata_engine import Engine, SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.model import load_model
-from strata_engine.runtime.compiled_step import GEMMS_ENV, CompiledDecode, buckets, gemms_choice
+from strata_engine.runtime.compiled_step import CompiledDecode, buckets
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages
@@ -101,12 +101,6 @@ def test_template_gemms_give_the_eager_tokens():
     compiled, _ = decode(model, prompts, 12, compiled=True, tile=4, gemms="template")
     eager, _ = decode(model, prompts, 12, compiled=False, tile=4)
     assert compiled == eager
-
-
-def test_compiled_gemms_are_named_or_refused(monkeypatch):
-    assert gemms_choice({}) == "aten" and gemms_choice({GEMMS_ENV: "template"}) == "template"
-    with pytest.raises(ValueError, match=f"{GEMMS_ENV} must be one of aten, template, got 'mkl'"):
-        gemms_choice({GEMMS_ENV: "mkl"})
 
 
 def test_only_decode_rows_take_the_compiled_step():

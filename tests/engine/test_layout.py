@@ -43,6 +43,16 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
     assert sched.decode_merge == 1  # the layout's value, not the variable's default (0)
 
 
+def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_environment_says():
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env={}).compiled_gemms() == "template"
+    assert EngineConfig(batch=6, compile=True, env={}).compiled_gemms() == "aten"  # plain
+    aten = {"STRATA_COMPILED_GEMMS": "aten"}
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
+    assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
+    with pytest.raises(ValueError, match="STRATA_COMPILED_GEMMS must be one of aten, template, got 'mkl'"):
+        EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "mkl"})
+
+
 @pytest.mark.parametrize("given,why", [
     ({"split"}, "--split"), ({"compile"}, "--compile"), ({"batch_groups", "devices"}, "--devices, --batch-groups"),
 ])
@@ -105,7 +115,7 @@ def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_token
         assert (info["layout"], info["num_stages"], info["batch_groups"], info["read_mix"], info["decode_merge"]) == \
             ("fastest", 2, 2, 1, 1)
         assert info["compiled"]["graphs"] >= 3 and info["prefill_chunk"] == FASTEST_CHUNK  # two stages' and the whole's
-        assert info["stage_workers"] == "thread"
+        assert info["stage_workers"] == "thread" and info["compiled"]["gemms"] == "template"
         for entry in golden["answers"][:3]:
             body = {"prompt": entry["prompt"], "max_tokens": golden["max_tokens"], "temperature": 0,
                     "return_token_ids": True}

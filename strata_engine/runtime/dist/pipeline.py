@@ -53,7 +53,7 @@ class DistPipeline:
     def __init__(self, ranks, stages: Sequence[StagePlan], model: str, num_slots: int, ctx: int, dtype: torch.dtype,
                  hidden_size: int, vocab_size: int, threads: int | None = None, timeout_s: float = 60.0,
                  max_tokens: int | None = None, startup_timeout_s: float = 300.0, row_tile: int | None = None,
-                 compile: bool = False):
+                 compile: bool = False, gemms: str = "aten"):
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
@@ -70,7 +70,7 @@ class DistPipeline:
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
         capacity = 65536 + 32 * padded + max(padded * hidden_size * itemsize, (num_slots + 1) * vocab_size * 4)
         self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
-                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile)
+                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile, gemms)
                       for p in self.stages]
         self.batch_invariant = self.layout_invariant = False  # until every stage rank's own probes say so (READY)
         self.capacity = capacity
@@ -119,7 +119,7 @@ class DistPipeline:
         self.batch_invariant = all(line.endswith("invariant 1") for line in ready)
         self.layout_invariant = self.batch_invariant and all(" layout 1 " in line for line in ready)
         self.compile_info = compile_info([(int(g), float(s)) for line in ready
-                                          for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)])
+                                          for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)], self.specs[0].gemms)
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]

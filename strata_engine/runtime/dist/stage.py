@@ -53,6 +53,7 @@ class StageSpec:
     timeout_s: float
     row_tile: int = 1  # pad every GEMM's rows to a multiple of it (runtime/invariance.py)
     compile: bool = False  # decode-only micro-batches through the compiled step (runtime/compiled_step.py)
+    gemms: str = "aten"  # the compiled step's GEMMs: aten or template
 
     @property
     def plan(self) -> StagePlan:
@@ -108,7 +109,7 @@ def build_stage(spec: StageSpec):
     compiled = None
     if spec.compile:
         compiled = compiled_stage(model, spec.plan, cache, spec.is_first, spec.is_last, spec.row_tile, spec.num_slots,
-                                  spec.threads)
+                                  spec.threads, spec.gemms)
     return model, cache, compiled
 
 
