@@ -156,8 +156,8 @@ def main() -> None:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True, help="Server log level (stderr).")
 @click.option("--layout", type=click.Choice(["auto", "plain", "fastest"]), default="auto", show_default=True,
-              help="fastest: two stages, two groups, 256-token chunks, the compiled decode step, the mixed read and "
-                   "the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
+              help="fastest: two stages, two groups, 256-token chunks, the compiled decode step with C++ GEMM templates "
+                   "(STRATA_COMPILED_GEMMS=aten: MKL's), the mixed read and the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
                    f"plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag ({LAYOUT_FLAGS}) "
                    "is given (STRATA_LAYOUT=plain|fastest sets what auto means).")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
