@@ -188,6 +188,8 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1400 --time-budget-min 18 --threads 1":
         Skip("trains for 18 minutes and overwrites the shipped model; the model card records its run"),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(((r"--repeats 7", "--repeats 1"),)),
+    "env STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 3 --batch 6 --out bench-out/bench_model-template.json":
+        Skip("compiles the templated step four times (~2 min) and times every engine; the plain bench_model command above runs small"),
     ".venv/bin/python benchmarks/profile_decode_step.py --rows 1,6 --threads 1,2 --steps 30":
         Run(((r"--threads 1,2 --steps 30", "--threads 1 --steps 2 --arms invariant,padding_off"),)),
     ".venv/bin/py-spy record -p <pid> -d 8 -r 200 -f raw -o serve.raw --threads":
