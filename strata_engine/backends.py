@@ -87,9 +87,9 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
                             compile=config.compile, decode_all_threads=sched.decode_all_threads, gemms=gemms)
-    if config.compile and sched.read_mix:  # the mixed read's decode rows ride eager forwards: not bitwise the compiled step's
-        pipeline.batch_invariant = pipeline.layout_invariant = False
-    if config.compile and gemms == "template":  # its GEMM kernels round a row by its place in the micro-batch
+    # The mixed read's decode rows ride eager forwards (not bitwise the compiled step's), and the C++ GEMM
+    # templates round a row by its place in the micro-batch: either way no invariance claim.
+    if config.compile and (sched.read_mix or gemms == "template"):
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,

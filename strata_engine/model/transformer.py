@@ -176,12 +176,19 @@ class MoE(nn.Module):
     EVERY_EXPERT_MAX_TOKENS = 32
 
     def _every_expert(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        hidden, dense_weights = self.every_expert_hidden(x, weights, experts)
+        y = torch.bmm(hidden.transpose(0, 1), self.down_proj.transpose(1, 2))  # [E, N, I] @ [E, I, D] -> [E, N, D]
+        return (y * dense_weights.t()[..., None]).sum(0)  # summed over experts in ascending order
+
+    def every_expert_hidden(self, x: torch.Tensor, weights: torch.Tensor,
+                            experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every expert's SwiGLU hidden state for every row, [N, E, I], and the router weights spread over all
+        experts, [N, E] (unchosen experts and padding rows 0): what the down projections take."""
         tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape
         dense_weights = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device)  # [N, E]; padding rows weigh 0
         dense_weights[: experts.shape[0]].scatter_(1, experts, weights)
         gate, up = F.linear(x, self.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
-        y = torch.bmm((F.silu(gate) * up).transpose(0, 1), self.down_proj.transpose(1, 2))  # [E, N, I] @ [E, I, D] -> [E, N, D]
-        return (y * dense_weights.t()[..., None]).sum(0)  # summed over experts in ascending order
+        return F.silu(gate) * up, dense_weights
 
     def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
         out = torch.zeros_like(x)

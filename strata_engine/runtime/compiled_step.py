@@ -223,15 +223,13 @@ def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor, one_down_gemm: bool = 
 
 
 def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-    tokens, (num_experts, inter2, hidden) = x.shape[0], moe.gate_up_proj.shape
-    dense = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)  # [N, E]
-    gate, up = F.linear(x, moe.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
-    routed = (F.silu(gate) * up) * dense[..., None]  # [N, E, I], unchosen experts' rows 0
-    return F.linear(routed.reshape(tokens, -1), moe.down_proj.transpose(0, 1).reshape(hidden, -1))  # [N, E*I] @ [E*I, D]
+    hidden, dense = moe.every_expert_hidden(x, weights, experts)
+    routed = hidden * dense[..., None]  # [N, E, I], unchosen experts' rows 0
+    return F.linear(routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1))  # [N, E*I] @ [E*I, D]
 
 
 def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool, is_last: bool, row_tile: int,
-                   num_slots: int, threads: int | None, gemms: str = "aten") -> CompiledDecode:
+                   num_slots: int, threads: int | None, gemms: str) -> CompiledDecode:
     """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up."""
     return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device, gemms)
 
