@@ -191,48 +191,31 @@ class MoE(nn.Module):
         return F.silu(gate) * up, dense_weights
 
     def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
-        """The (token, choice) pairs grouped by expert with a stable sort, each expert's group padded with zero
-        rows to a multiple of row_tile, in one buffer: one gather in, two GEMMs per expert on its segment, one
-        SwiGLU and one weighting over the whole buffer, and each token's outputs summed in ascending expert
-        order. The per-expert GEMMs see exactly the rows they would alone, so a token's sum never depends on
-        its neighbours; few ops per expert, because on stage threads every op is a hand-over of the GIL."""
-        tokens, top_k = experts.shape
+        out = torch.zeros_like(x)
+        # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
+        # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.
         flat_experts = experts.flatten()
         order = flat_experts.argsort(stable=True)
         if counts is None:
             counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
-        segments, dest, start = [], [], 0  # each chosen expert's (expert, first buffer row, padded rows)
+        tokens_of, weights_of = order // self.top_k, weights.flatten()[order]
+        start = 0
         for expert, count in enumerate(counts):
-            if count:
-                padded = count + (-count % self.row_tile)
-                segments.append((expert, start, padded))
-                dest.extend(range(start, start + count))
-                start += padded
-        rows = torch.tensor(dest, device=x.device)  # the buffer row of each sorted pair
-        grouped = x.new_zeros(start, x.shape[1])
-        grouped.index_copy_(0, rows, x.index_select(0, order // top_k))
-        hidden = x.new_empty(start, self.gate_up_proj.shape[1])
-        for expert, first, padded in segments:
-            torch.mm(grouped[first : first + padded], self.gate_up_proj[expert].t(), out=hidden[first : first + padded])
-        gate, up = hidden.chunk(2, dim=-1)
-        act = F.silu(gate) * up
-        y = x.new_empty(start, x.shape[1])
-        for expert, first, padded in segments:
-            torch.mm(act[first : first + padded], self.down_proj[expert].t(), out=y[first : first + padded])
-        scale = x.new_zeros(start)
-        scale.index_copy_(0, rows, weights.flatten()[order])
-        y.mul_(scale[:, None])  # padding rows weigh 0
-        at = torch.empty_like(order)
-        at[order] = rows  # pair (token, choice) -> its buffer row
-        at = at.view(tokens, top_k).sort(dim=1).values  # a token's rows in ascending expert order
-        total = y.index_select(0, at[:, 0])
-        for choice in range(1, top_k):
-            total = total + y.index_select(0, at[:, choice])
-        if tokens == x.shape[0]:
-            return total
-        out = torch.zeros_like(x)  # padding tokens chose no expert: 0
-        out[:tokens] = total
+            if count == 0:
+                continue
+            tokens = tokens_of[start : start + count]
+            rows = _pad_rows(x[tokens], self.row_tile)  # [count rounded up to row_tile, D]
+            gate, up = F.linear(rows, self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[expert])[:count] * weights_of[start : start + count, None]
+            out.index_add_(0, tokens, y)
+            start += count
         return out
+
+
+def _pad_rows(x: torch.Tensor, tile: int) -> torch.Tensor:
+    """x: [M, D] -> [M rounded up to a multiple of tile, D], zero rows appended."""
+    extra = -x.shape[0] % tile
+    return x if extra == 0 else torch.cat([x, x.new_zeros(extra, x.shape[1])])
 
 
 class Block(nn.Module):
