@@ -10,8 +10,9 @@ for any other part (prompt chunks, the mixed read's chunk-plus-rows), which the 
 
 Applied from outside the model, as gpt-fast does: the graph is the blocks' own modules (norms,
 projections, rotary, router, experts) with static shapes; the per-row attention over each slot's own
-prefix, and its KV writes, run as one opaque op (`strata::decode_attention`, eager inside: the same
-`attend_row` as the model's), so no host round trip is traced. MoE runs every expert on every row with
+prefix, and its KV writes, run as one opaque op (`strata::decode_attention`: on the CPU in float32 one
+native call over every row, runtime/decode_kernel.py; else eager inside, the same `attend_row` as the
+model's), so no host round trip is traced. MoE runs every expert on every row with
 padding rows weighted 0 (the model's every-expert path): static, where the eager step loops over the
 chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
 padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (5e-6 apart on
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 from ..config import gemms_choice
 from ..model.attention import attend_row
 from ..model.transformer import MoE
+from .decode_kernel import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
 
@@ -55,8 +57,12 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache:
                      slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
     """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding, after the rows): write each
     row's key and value at (slot, position), attend over the slot's positions 0..position; padding rows
-    give zeros. The writes go in as one indexed copy per cache (one op instead of two a row), and each
-    row attends over a view of its slot: the op's own cost was ~30 us a row against ~26 us of attention."""
+    give zeros. On the CPU in float32 the native op does it all in one call (runtime/decode_kernel.py); else
+    the writes go in as one indexed copy per cache (one op instead of two a row), and each row attends over a
+    view of its slot: the op's own cost was ~30 us a row against ~26 us of attention."""
+    native = native_decode_attention() if q.dtype == torch.float32 and q.device.type == "cpu" else None
+    if native is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
+        return native(q, k, v, k_cache, v_cache, slots, positions, window)
     out = torch.zeros_like(q)
     at = positions.tolist()
     rows = [slot for slot in slots.tolist() if slot >= 0]  # the real rows' slots, in order
@@ -135,6 +141,8 @@ class CompiledDecode:
         self.bucket_of = buckets(num_slots, row_tile)
         self.graphs = len(set(self.bucket_of.values()))
         self._step = torch.compile(_own_code(self._forward), fullgraph=True, dynamic=False, options=GUARDS)
+        if device == "cpu" and self.dtype == torch.float32:
+            native_decode_attention()  # built or loaded here, in the warm-up, not on the first request
         self.compile_s = self._warm_up(threads)
 
     def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,196 @@
+"""The decode rows' attention as one native call: every row's KV write and its attention over its own window.
+
+Contract: `native_decode_attention()` returns the op, `op(q, k, v, k_cache, v_cache, slots, positions, window)`
+with the shapes and meaning of `compiled_step.decode_attention` (float32 on the CPU, contiguous caches), or
+None where it cannot be built here (no C++ compiler, a build error: said once on stderr) or where
+`STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for, with
+torch.utils.cpp_extension (g++ and ninja; ~20-40 s once, then loaded from torch's extension cache).
+
+Why: a decode row's attention is a few thousand multiply-adds at the scenario's lengths, and ATen's per-row
+flash call costs ~25-30 us of dispatch and set-up around them, 4-6 of them a layer (docs/MODEL.md, "The
+decode attention kernel"); batched SDPA or matmul forms over a masked key block cost as much (the mask, the
+key range of the widest row). Here each (row, head) is a loop over its own keys only: the dot products,
+a max-subtracted softmax and the weighted sum of values, the query heads of a kv head reading the same
+keys. A row's result depends on its own query and keys only, in a fixed order, so it is the same whatever
+rows share the call; it is not bitwise ATen's flash result (a different summation order, ~1e-7 apart).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import threading
+
+ENV = "STRATA_DECODE_KERNEL"  # 0 = the per-row ATen calls
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+// e^x for x <= 0 (a softmax's max-subtracted scores), in a form the compiler vectorizes: x = r ln2 + f with r
+// rounded to nearest (ln2 in two parts, as Cephes does) and |f| <= ln2/2, e^f by its Taylor series to f^7
+// (error < 6e-9), times 2^r built in the exponent bits; below -87.3 it returns 2^-126 (a weight of ~1e-38).
+static inline float exp_nonpositive(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  const float r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float f = (x - r * 0.693359375f) + r * 2.12194440e-4f;
+  float e = 1.0f / 5040.0f;
+  e = e * f + 1.0f / 720.0f;
+  e = e * f + 1.0f / 120.0f;
+  e = e * f + 1.0f / 24.0f;
+  e = e * f + 1.0f / 6.0f;
+  e = e * f + 0.5f;
+  e = e * f + 1.0f;
+  e = e * f + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(r) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
+}
+
+// One (row, head): scores over its keys, a max-subtracted softmax and the weighted sum of values, in a fixed
+// order. D > 0: the head width known when compiled (0: `dim` at run time).
+template <int D>
+static void attend_head(const float* qh, const float* kh, const float* vh, int64_t keys, int64_t dim, float scale,
+                        float* w, float* oh) {
+  const int64_t width = D > 0 ? D : dim;
+  for (int64_t j = 0; j < keys; ++j) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < width; ++d) dot += qh[d] * kh[j * width + d];
+    w[j] = dot * scale;
+  }
+  float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t j = 0; j < keys; ++j) top = std::max(top, w[j]);
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < keys; ++j) {
+    w[j] = exp_nonpositive(w[j] - top);
+    total += w[j];
+  }
+  const float inverse = 1.0f / total;
+  if (D == 0 && width > 64) {  // a run-time width past the local buffers: accumulate in place
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t d = 0; d < width; ++d) oh[d] += w[j] * vh[j * width + d];
+    for (int64_t d = 0; d < width; ++d) oh[d] *= inverse;
+    return;
+  }
+  // Four keys at a time into four sums, so each key's multiply-adds need not wait for the previous key's.
+  constexpr int64_t cap = D > 0 ? D : 64;
+  float acc[4][cap] = {};
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    for (int64_t u = 0; u < 4; ++u) {
+      const float wj = w[j + u];
+      const float* vj = vh + (j + u) * width;
+#pragma omp simd
+      for (int64_t d = 0; d < width; ++d) acc[u][d] += wj * vj[d];
+    }
+  }
+  for (; j < keys; ++j) {
+#pragma omp simd
+    for (int64_t d = 0; d < width; ++d) acc[0][d] += w[j] * vh[j * width + d];
+  }
+#pragma omp simd
+  for (int64_t d = 0; d < width; ++d) oh[d] = ((acc[0][d] + acc[1][d]) + (acc[2][d] + acc[3][d])) * inverse;
+}
+
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
+                               torch::Tensor v_cache, torch::Tensor slots, torch::Tensor positions, int64_t window) {
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k_cache.scalar_type() == torch::kFloat32 &&
+              v_cache.scalar_type() == torch::kFloat32, "decode_attention: float32 only");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "decode_attention: contiguous caches only");
+  q = q.contiguous(); k = k.contiguous().to(torch::kFloat32); v = v.contiguous().to(torch::kFloat32);
+  auto slot_of = slots.to(torch::kLong).contiguous(), position_of = positions.to(torch::kLong).contiguous();
+  const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = k_cache.size(1), ctx = k_cache.size(2), group = heads / kv_heads;
+  const int64_t* s_ptr = slot_of.data_ptr<int64_t>();
+  const int64_t* p_ptr = position_of.data_ptr<int64_t>();
+  float* kc = k_cache.data_ptr<float>();
+  float* vc = v_cache.data_ptr<float>();
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  auto out = torch::zeros_like(q);
+  float* op = out.data_ptr<float>();
+  for (int64_t i = 0; i < rows; ++i) {  // every write before any read, as the per-row op does
+    const int64_t s = s_ptr[i], p = p_ptr[i];
+    if (s < 0) continue;
+    TORCH_CHECK(p >= 0 && p < ctx, "decode_attention: position ", p, " outside the cache's ", ctx);
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      std::copy_n(kp + (i * kv_heads + g) * dim, dim, kc + ((s * kv_heads + g) * ctx + p) * dim);
+      std::copy_n(vp + (i * kv_heads + g) * dim, dim, vc + ((s * kv_heads + g) * ctx + p) * dim);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> weights;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t s = s_ptr[i], p = p_ptr[i];
+    if (s < 0) continue;
+    const int64_t low = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, keys = p - low + 1;
+    weights.resize(keys);
+    float* w = weights.data();
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t g = h / group;
+      const float* qh = qp + (i * heads + h) * dim;
+      const float* kh = kc + ((s * kv_heads + g) * ctx + low) * dim;
+      const float* vh = vc + ((s * kv_heads + g) * ctx + low) * dim;
+      float* oh = op + (i * heads + h) * dim;
+      switch (dim) {  // a known width unrolls: the query and the output stay in registers
+        case 32: attend_head<32>(qh, kh, vh, keys, 32, scale, w, oh); break;
+        case 64: attend_head<64>(qh, kh, vh, keys, 64, scale, w, oh); break;
+        case 128: attend_head<128>(qh, kh, vh, keys, 128, scale, w, oh); break;
+        default: attend_head<0>(qh, kh, vh, keys, dim, scale, w, oh);
+      }
+    }
+  }
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }
+"""
+
+_lock = threading.Lock()
+_built: dict[str, object] = {}
+
+
+def native_decode_attention():
+    """The built op, or None (turned off, or no build here: the reason once on stderr)."""
+    if os.environ.get(ENV, "1") == "0":
+        return None
+    with _lock:
+        if "op" not in _built:
+            _built["op"] = _build()
+        return _built["op"]
+
+
+def _machine_tag() -> str:
+    """A short hash of this CPU's flags: the op is compiled with -march=native, so a home directory shared by
+    machines of other kinds must not hand one of them another's build from torch's extension cache."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = ""
+    return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:10]
+
+
+def _build():
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        module = load_inline(f"strata_decode_attention_{_machine_tag()}", cpp_sources=[_SOURCE],
+                             extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False)
+        return module.decode_attention
+    except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
+        print(f"strata-engine: the native decode attention did not build ({type(exc).__name__}: "
+              f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); decode rows use ATen's per-row "
+              f"attention ({ENV}=0 skips the build)", file=sys.stderr)
+        return None
