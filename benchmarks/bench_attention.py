@@ -10,7 +10,10 @@ model's head counts, head_dim and sliding window read from its config:
   2. a prompt chunk of each of --chunks consecutive queries past the window, starting at --start:
      `attend_row`'s band path (three unmasked flash calls merged, `_band_window_chunk`) against its masked
      path (one `scaled_dot_product_attention` over every key the chunk sees: what a chunk took before the
-     band path, and what non-consecutive rows still take).
+     band path, and what non-consecutive rows still take);
+  3. the compiled decode step's attention op for a micro-batch of --decode-rows rows (padded to 8, each
+     row's KV write included) at --decode-positions: its per-row ATen calls (`per_row_attention`) against
+     the native op (runtime/decode_kernel.py; skipped where it cannot be built).
 
 Inputs are views of a KV cache, as the engine passes them. Each arm's output is compared with a float64
 reference computed with plain math (max abs difference). Every cell is the median and min over --repeats
@@ -34,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import _flash_cpu, attend_row  # noqa: E402
+from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
+from strata_engine.runtime.decode_kernel import native_decode_attention  # noqa: E402
 
 
 def ints(text: str) -> list[int]:
@@ -128,6 +133,9 @@ def main() -> None:
                    help="section 2: comma-separated prompt chunk sizes (consecutive queries, each below the window)")
     p.add_argument("--start", type=int, default=2048,
                    help="section 2: the chunk's first position (>= the window; every start past it sees the same keys)")
+    p.add_argument("--decode-rows", default="4,6", help="section 3: comma-separated decode rows in the micro-batch")
+    p.add_argument("--decode-positions", default="100,600,1500",
+                   help="section 3: comma-separated positions of the rows (row i at position + 3i)")
     args = p.parse_args()
     _, config = load_model(args.model)
     window = config.sliding_window
@@ -171,6 +179,38 @@ def main() -> None:
             ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             print(row(f"{chunk:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+
+        decode_op(config, window, args, generator)
+
+
+def decode_op(config, window: int | None, args, generator: torch.Generator) -> None:
+    """Section 3: the compiled step's decode attention op, ATen's per-row calls against the native op."""
+    print("\n3. The compiled step's decode attention op (a micro-batch padded to 8 rows, the KV writes included): "
+          "A = its per-row ATen calls, B = the native op\n")
+    native = native_decode_attention()
+    if native is None:
+        print("skipped: the native op could not be built here (the engine then uses A)")
+        return
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    print(header("rows at position", "A per-row ATen", "B native"))
+    for rows in ints(args.decode_rows):
+        for base in ints(args.decode_positions):
+            at = [base + 3 * i for i in range(rows)]
+            ctx = max(at) + 64
+            caches = [torch.randn(rows, kv_heads, ctx, head_dim, generator=generator) for _ in range(2)]
+            q, k, v = (torch.randn(8, h, head_dim, generator=generator) for h in (heads, kv_heads, kv_heads))
+            slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
+            w = -1 if window is None else window
+            arms = {"A": lambda: per_row_attention(q, k, v, *caches, slots, positions, w),
+                    "B": lambda: native(q, k, v, *caches, slots, positions, w)}
+            errors = []
+            for fn in arms.values():  # every row against plain float64 math over its own keys (written by the call)
+                out = fn()
+                errors.append(max(max_diff(out[i : i + 1].transpose(0, 1)[None],
+                                           reference(q[i : i + 1].transpose(0, 1)[None], caches[0][i : i + 1, :, : at[i] + 1],
+                                                     caches[1][i : i + 1, :, : at[i] + 1], positions[i : i + 1],
+                                                     torch.arange(at[i] + 1), window)) for i in range(rows)))
+            print(row(f"{rows} at ~{base:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
 if __name__ == "__main__":
     main()

@@ -157,7 +157,7 @@ def main() -> None:
               show_default=True, help="Server log level (stderr).")
 @click.option("--layout", type=click.Choice(["auto", "plain", "fastest"]), default="auto", show_default=True,
               help="fastest: two stages, two groups, 256-token chunks, the compiled decode step with C++ GEMM templates "
-                   "(STRATA_COMPILED_GEMMS=aten: MKL's), the mixed read and the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
+                   "(STRATA_COMPILED_GEMMS=aten: MKL's) and its decode attention in one native call (STRATA_DECODE_KERNEL=0: ATen's per-row calls), the mixed read and the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
                    f"plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag ({LAYOUT_FLAGS}) "
                    "is given (STRATA_LAYOUT=plain|fastest sets what auto means).")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,

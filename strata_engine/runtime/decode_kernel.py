@@ -163,7 +163,10 @@ _built: dict[str, object] = {}
 
 def native_decode_attention():
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    if os.environ.get(ENV, "1") == "0":
+    value = os.environ.get(ENV, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV} must be 0 (ATen's per-row attention) or 1 (the native op), got {value!r}")
+    if value == "0":
         return None
     with _lock:
         if "op" not in _built:

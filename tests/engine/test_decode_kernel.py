@@ -63,3 +63,9 @@ def test_the_op_goes_native_unless_turned_off(native, monkeypatch):
     assert decode_kernel.native_decode_attention() is native
     monkeypatch.setenv(decode_kernel.ENV, "0")
     assert decode_kernel.native_decode_attention() is None
+
+
+def test_a_bad_switch_is_named(monkeypatch):
+    monkeypatch.setenv(decode_kernel.ENV, "off")
+    with pytest.raises(ValueError, match="STRATA_DECODE_KERNEL must be 0 .* or 1 .*, got 'off'"):
+        decode_kernel.native_decode_attention()
