@@ -276,7 +276,7 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
     ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-kernel":
-        Skip("36 engine runs, ~12 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
+        Skip("45 engine runs, ~15 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
     # docs/BATCHING.md, the agents re-measured
     'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"':
         Skip("sets a shell variable for the command after it"),

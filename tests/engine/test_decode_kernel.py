@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from strata_engine.runtime import decode_kernel
-from strata_engine.runtime.compiled_step import decode_attention
+from strata_engine.runtime.compiled_step import per_row_attention
 
 HEADS, KV_HEADS, DIM, CTX = 8, 4, 32, 2048
 
@@ -20,14 +20,6 @@ def native():
     if op is None:
         pytest.skip("the native decode attention could not be built here (no C++ compiler or ninja)")
     return op
-
-
-def _aten(monkeypatch, *args):
-    monkeypatch.setenv(decode_kernel.ENV, "0")
-    try:
-        return decode_attention(*args)
-    finally:
-        monkeypatch.delenv(decode_kernel.ENV)
 
 
 def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DIM):
@@ -41,10 +33,10 @@ def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DI
 
 @pytest.mark.parametrize("window", [-1, 1024, 16])
 @pytest.mark.parametrize("dim", [32, 24])  # a width the kernel knows, and one it takes at run time
-def test_native_equals_the_aten_op_and_writes_the_same_cache(native, monkeypatch, window, dim):
+def test_native_equals_the_aten_op_and_writes_the_same_cache(native, window, dim):
     q, k, v, (kc, vc), slots, at = _case(3, 4, [0, 700, 1500], seed=window + dim, dim=dim)
     kc2, vc2 = kc.clone(), vc.clone()
-    want = _aten(monkeypatch, q, k, v, kc, vc, slots, at, window)
+    want = per_row_attention(q, k, v, kc, vc, slots, at, window)
     got = native(q, k, v, kc2, vc2, slots, at, window)
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2)  # each row's key and value at (slot, position)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
