@@ -8,12 +8,15 @@ model's head counts, head_dim and sliding window read from its config:
   1. decode, one query of one row over --keys cached keys: `attend_row` (the flash kernel, as the engine
      calls it) against two bmm's and a softmax (the query heads sharing a kv head folded by a reshape);
   2. a prompt chunk of each of --chunks consecutive queries past the window, starting at --start:
-     `attend_row`'s band path (three unmasked flash calls merged, `_band_window_chunk`) against its masked
+     the flash band path (three unmasked flash calls merged, `_band_window_chunk`) against the masked
      path (one `scaled_dot_product_attention` over every key the chunk sees: what a chunk took before the
      band path, and what non-consecutive rows still take);
   3. the compiled decode step's attention op for a micro-batch of --decode-rows rows (padded to 8, each
      row's KV write included) at --decode-positions: its per-row ATen calls (`per_row_attention`) against
-     the native op (runtime/decode_kernel.py; skipped where it cannot be built).
+     the native op (runtime/decode_kernel.py; skipped where it cannot be built);
+  4. a prompt chunk of each of --chunks queries at each of --chunk-starts: the flash paths (`aten_row`,
+     what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (model/chunk_kernel.py,
+     `attend_row` as the engine calls it; skipped where it cannot be built).
 
 Inputs are views of a KV cache, as the engine passes them. Each arm's output is compared with a float64
 reference computed with plain math (max abs difference). Every cell is the median and min over --repeats
@@ -36,7 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
-from strata_engine.model.attention import _flash_cpu, attend_row  # noqa: E402
+from strata_engine.model.attention import _band_window_chunk, _flash_cpu, aten_row, attend_row  # noqa: E402
+from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
 from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
 from strata_engine.runtime.decode_kernel import native_decode_attention  # noqa: E402
 
@@ -136,9 +140,13 @@ def main() -> None:
     p.add_argument("--decode-rows", default="4,6", help="section 3: comma-separated decode rows in the micro-batch")
     p.add_argument("--decode-positions", default="100,600,1500",
                    help="section 3: comma-separated positions of the rows (row i at position + 3i)")
+    p.add_argument("--chunk-starts", default="0,512,2048",
+                   help="section 4: comma-separated first positions of the chunks (any, inside the window or past it)")
     args = p.parse_args()
     _, config = load_model(args.model)
     window = config.sliding_window
+    if window is not None and args.start < window:
+        p.error(f"--start: {args.start} is inside the window ({window}); the band path needs start >= window")
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
     print(f"{args.model}: {config.num_heads} query heads, {config.num_kv_heads} kv heads, head_dim {config.head_dim}, "
@@ -166,21 +174,46 @@ def main() -> None:
         if window is None or _flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
             print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
                   f"chunks {chunks}, flash op {'present' if _flash_cpu is not None else 'absent'})")
-            return
-        if args.start < window:
-            p.error(f"--start: {args.start} is inside the window ({window}); the band path needs start >= window")
-        print(header("chunk (keys seen)", "A band + flash", "B masked"))
-        for chunk in chunks:
-            length = args.start + chunk
-            q, keys, values, positions = row_inputs(config, chunk, length, generator)
-            arms = {"A": lambda: attend_row(q, keys, values, positions, True, window),
-                    "B": lambda: attend_row(q, keys, values, positions, False, window)}
-            low = args.start - window + 1
-            ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
-            errors = [max_diff(fn(), ref) for fn in arms.values()]
-            print(row(f"{chunk:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+        else:
+            band_chunks(config, window, args, generator, chunks)
 
         decode_op(config, window, args, generator)
+        chunk_op(config, window, args, generator)
+
+
+def band_chunks(config, window: int, args, generator: torch.Generator, chunks: list[int]) -> None:
+    """Section 2: a chunk past the window, the flash band path against the masked call."""
+    print(header("chunk (keys seen)", "A band + flash", "B masked"))
+    for chunk in chunks:
+        length = args.start + chunk
+        q, keys, values, positions = row_inputs(config, chunk, length, generator)
+        arms = {"A": lambda: _band_window_chunk(q, keys, values, args.start, window),
+                "B": lambda: attend_row(q, keys, values, positions, False, window)}
+        low = args.start - window + 1
+        ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
+        errors = [max_diff(fn(), ref) for fn in arms.values()]
+        print(row(f"{chunk:,} ({length - low:,})", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+
+
+def chunk_op(config, window: int | None, args, generator: torch.Generator) -> None:
+    """Section 4: a prompt chunk's attention, the flash paths (`aten_row`) against the native op (`attend_row`)."""
+    print("\n4. A prompt chunk's attention: A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0), "
+          "B = the native chunk op (attend_row, as the engine calls it)\n")
+    if native_chunk_attention() is None:
+        print("skipped: the native chunk op could not be built here (the engine then uses A)")
+        return
+    print(header("chunk at start (multiply-adds)", "A flash", "B native"))
+    for start in ints(args.chunk_starts):
+        for chunk in ints(args.chunks):
+            length = start + chunk
+            q, keys, values, positions = row_inputs(config, chunk, length, generator)
+            arms = {"A": lambda: aten_row(q, keys, values, positions, True, window),
+                    "B": lambda: attend_row(q, keys, values, positions, True, window)}
+            ref = reference(q, keys, values, positions, torch.arange(length), window)
+            errors = [max_diff(fn(), ref) for fn in arms.values()]
+            seen = sum(min(p + 1, window or p + 1) for p in range(start, length))  # keys each query sees
+            macs = 2 * seen * config.num_heads * config.head_dim
+            print(row(f"{chunk:,} at {start:,} ({macs / 1e6:.0f} M)", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
 
 def decode_op(config, window: int | None, args, generator: torch.Generator) -> None:

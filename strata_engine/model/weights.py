@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .chunk_kernel import native_chunk_attention
 from .config import HF_CLASS_NAMES, ModelConfig
 from .transformer import Transformer
 
@@ -68,6 +69,8 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu", dty
     model = model.to_empty(device=device).to(dtype)
     model.tie_weights()
     model.load_state_dict(state, strict=True)
+    if device.type == "cpu" and dtype == torch.float32 and config.head_dim in (32, 64, 128):
+        native_chunk_attention()  # built (once per machine) or loaded here, at load, not in the first read
     return model.eval().requires_grad_(False), config
 
 

@@ -3,8 +3,8 @@
 Contract: `native_decode_attention()` returns the op, `op(q, k, v, k_cache, v_cache, slots, positions, window)`
 with the shapes and meaning of `compiled_step.decode_attention` (float32 on the CPU, contiguous caches), or
 None where it cannot be built here (no C++ compiler, a build error: said once on stderr) or where
-`STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for, with
-torch.utils.cpp_extension (g++ and ninja; ~20-40 s once, then loaded from torch's extension cache).
+`STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for (model/native_build.py:
+g++ and ninja, ~20-40 s once, then loaded from torch's extension cache).
 
 Why: a decode row's attention is a few thousand multiply-adds at the scenario's lengths, and ATen's per-row
 flash call costs ~25-30 us of dispatch and set-up around them, 4-6 of them a layer (docs/MODEL.md, "The
@@ -16,11 +16,7 @@ rows share the call; it is not bitwise ATen's flash result (a different summatio
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-import sys
-import threading
+from ..model.native_build import native_op
 
 ENV = "STRATA_DECODE_KERNEL"  # 0 = the per-row ATen calls
 
@@ -154,46 +150,12 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   return out;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_attention", &decode_attention); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention, pybind11::call_guard<pybind11::gil_scoped_release>());
+}
 """
-
-_lock = threading.Lock()
-_built: dict[str, object] = {}
 
 
 def native_decode_attention():
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    value = os.environ.get(ENV, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV} must be 0 (ATen's per-row attention) or 1 (the native op), got {value!r}")
-    if value == "0":
-        return None
-    with _lock:
-        if "op" not in _built:
-            _built["op"] = _build()
-        return _built["op"]
-
-
-def _machine_tag() -> str:
-    """A short hash of this CPU's flags: the op is compiled with -march=native, so a home directory shared by
-    machines of other kinds must not hand one of them another's build from torch's extension cache."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        flags = ""
-    return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:10]
-
-
-def _build():
-    try:
-        from torch.utils.cpp_extension import load_inline
-
-        module = load_inline(f"strata_decode_attention_{_machine_tag()}", cpp_sources=[_SOURCE],
-                             extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False)
-        return module.decode_attention
-    except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
-        print(f"strata-engine: the native decode attention did not build ({type(exc).__name__}: "
-              f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); decode rows use ATen's per-row "
-              f"attention ({ENV}=0 skips the build)", file=sys.stderr)
-        return None
+    return native_op(ENV, "strata_decode_attention", _SOURCE, "decode_attention", "decode rows use ATen's per-row attention")

@@ -1,0 +1,202 @@
+"""A prompt chunk's attention as one native call: T consecutive queries of one row over the row's keys.
+
+Contract: `native_chunk_attention()` returns the op, `op(q, keys, values, start, window)` with q [T, H, hd]
+the queries at positions start..start+T-1, keys and values [Hkv, L, hd] (a slot of the KV cache, L >=
+start + T, each key's hd floats contiguous), window the sliding window or -1 -> [T, H, hd], the query at p
+over keys (p - window, p] (all of 0..p without a window); float32 on the CPU, hd 32, 64 or 128. None where
+`STRATA_CHUNK_KERNEL=0` turns it off or it cannot be built here (model/native_build.py: once per machine,
+~30 s, said on stderr; the flash calls of model/attention.py serve then).
+
+Why: ATen's flash kernel runs a chunk's attention at ~18-25 GMAC/s on this CPU at head_dim 32, half the
+rate of the GEMMs around it, and the windowed chunk takes three of its calls and a merge (docs/MODEL.md, "The
+chunk attention kernel"). Here, per kv head: its keys transposed once; then per block of 8 query positions
+(the query heads of the kv head together, 16 rows at hd 32) the scores of every key the block sees, 8 rows
+by 32 keys in sixteen 16-float accumulators; each row's softmax over its own keys (the block's other keys
+weigh exactly 0); and the weighted sum of values, 8 rows by hd in registers. GCC's vector extensions keep
+the lanes and the order of every sum fixed, so a row's result depends on its own query, its keys and its
+place in the chunk only, never on other rows of the call or on where a buffer sits in memory. It is not
+bitwise the flash path's (~3e-7 from float64 math, as it is ~1e-7).
+"""
+from __future__ import annotations
+
+from .native_build import native_op
+
+ENV = "STRATA_CHUNK_KERNEL"  # 0 = the flash calls of model/attention.py
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+
+static inline v16 load16(const float* p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
+static inline v16 splat(float x) { v16 v = {}; return v + x; }
+
+// e^x for x <= 0, 16 lanes: the decode op's polynomial (x = r ln2 + f, Taylor to f^7, 2^r in the exponent bits).
+static inline v16 exp16(v16 x) {
+  const v16 floor_ = splat(-87.3f);
+  x = x < floor_ ? floor_ : x;
+  const v16 r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const v16 f = (x - r * 0.693359375f) + r * 2.12194440e-4f;
+  v16 e = splat(1.0f / 5040.0f);
+  e = e * f + 1.0f / 720.0f;
+  e = e * f + 1.0f / 120.0f;
+  e = e * f + 1.0f / 24.0f;
+  e = e * f + 1.0f / 6.0f;
+  e = e * f + 0.5f;
+  e = e * f + 1.0f;
+  e = e * f + 1.0f;
+  const i16 bits = (__builtin_convertvector(r, i16) + 127) << 23;
+  v16 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
+}
+
+static inline float hsum(v16 v) {  // a fixed tree
+  float s[16];
+  std::memcpy(s, &v, sizeof s);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] += s[i + w];
+  return s[0];
+}
+static inline float hmax(v16 v) {
+  float s[16];
+  std::memcpy(s, &v, sizeof s);
+  float m = s[0];
+  for (int i = 1; i < 16; ++i) m = std::max(m, s[i]);
+  return m;
+}
+
+constexpr int64_t QB = 8;     // query positions a block
+constexpr int64_t KW = 64;    // keys a score tile (4 vectors)
+
+template <int NV>
+static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, const float* vh, float* out,
+                       int64_t out_pos_stride, int64_t T, int64_t start, int64_t window, int64_t G, float scale,
+                       int64_t h0) {
+  constexpr int64_t D = 16 * NV;
+  constexpr int64_t RP = 16 / NV > 0 ? 16 / NV : 1;  // rows a PV tile
+  const int64_t lo_all = window > 0 ? std::max<int64_t>(0, start - window + 1) : 0;
+  const int64_t n_all = start + T - lo_all;
+  const int64_t NP = (n_all + 15) / 16 * 16 + KW;
+  std::vector<float> kt(D * NP, 0.0f);  // keys transposed: kt[d * NP + j] = key lo_all + j, dim d
+  for (int64_t j = 0; j < n_all; ++j)
+    for (int64_t d = 0; d < D; ++d) kt[d * NP + j] = kh[(lo_all + j) * D + d];
+  const int64_t rows_cap = (G * QB + 7) / 8 * 8;
+  std::vector<float> qs(rows_cap * D), s;
+  std::vector<float> inverse(rows_cap);
+  for (int64_t i0 = 0; i0 < T; i0 += QB) {
+    const int64_t nq = std::min(QB, T - i0), R = G * nq, Rp = (R + 7) / 8 * 8;
+    const int64_t blo = window > 0 ? std::max<int64_t>(0, start + i0 - window + 1) : 0, bhi = start + i0 + nq - 1;
+    const int64_t offs = blo - lo_all, n = bhi - blo + 1, nv = (n + KW - 1) / KW * KW;
+    std::fill(qs.begin(), qs.end(), 0.0f);
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t hl = 0; hl < G; ++hl)
+        for (int64_t d = 0; d < D; ++d) qs[(i * G + hl) * D + d] = q[(i0 + i) * q_pos_stride + (h0 + hl) * D + d] * scale;
+    if ((int64_t)s.size() < Rp * nv) s.resize(Rp * nv);
+    // scores: 8 rows x 32 keys in 16 accumulators over d; a 64-key tile of the transposed keys stays in L1
+    for (int64_t j = 0; j < nv; j += KW) {
+      for (int64_t r = 0; r < Rp; r += 8) {
+        for (int64_t jj = j; jj < j + KW; jj += 32) {
+          v16 acc[8][2] = {};
+        const float* base = kt.data() + offs + jj;
+        for (int64_t d = 0; d < D; ++d) {
+          const float* kd = base + d * NP;
+          const v16 k0 = load16(kd), k1 = load16(kd + 16);
+          for (int rr = 0; rr < 8; ++rr) {
+            const float qv = qs[(r + rr) * D + d];
+            acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
+          }
+        }
+        for (int rr = 0; rr < 8; ++rr)
+          for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
+        }
+      }
+    }
+    // softmax of each row over its own keys (the rest of the block's range weighs 0)
+    i16 lane;
+    for (int l = 0; l < 16; ++l) lane[l] = l;
+    const v16 neg = splat(-std::numeric_limits<float>::infinity()), zero = {};
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t p = start + i0 + r / G;
+      const int32_t a = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
+      const int32_t b = static_cast<int32_t>(p - blo + 1);
+      float* row = s.data() + r * nv;
+      v16 top = neg;
+      for (int64_t j = 0; j < nv; j += 16) {
+        const i16 idx = lane + static_cast<int32_t>(j);
+        const v16 x = load16(row + j);
+        top = (idx >= a && idx < b && x > top) ? x : top;
+      }
+      const float m = hmax(top);
+      v16 total = {};
+      for (int64_t j = 0; j < nv; j += 16) {
+        const i16 idx = lane + static_cast<int32_t>(j);
+        const v16 e = (idx >= a && idx < b) ? exp16(load16(row + j) - m) : zero;
+        store16(row + j, e);
+        total += e;
+      }
+      inverse[r] = 1.0f / hsum(total);
+    }
+    // weighted values: RP rows x D in accumulators, over the block's keys
+    for (int64_t r = 0; r < R; r += RP) {
+      v16 acc[RP][NV] = {};
+      const float* vb = vh + blo * D;
+      for (int64_t j = 0; j < n; ++j) {
+        v16 vv[NV];
+        for (int c = 0; c < NV; ++c) vv[c] = load16(vb + j * D + 16 * c);
+        for (int rr = 0; rr < RP; ++rr) {
+          const float w = s[(r + rr) * nv + j];
+          for (int c = 0; c < NV; ++c) acc[rr][c] += w * vv[c];
+        }
+      }
+      for (int rr = 0; rr < RP && r + rr < R; ++rr) {
+        const int64_t i = i0 + (r + rr) / G, hl = (r + rr) % G;
+        float* o = out + i * out_pos_stride + (h0 + hl) * D;
+        for (int c = 0; c < NV; ++c) store16(o + 16 * c, acc[rr][c] * inverse[r + rr]);
+      }
+    }
+  }
+}
+
+// q [T, H, D]; keys, values [Hkv, L, D] (a slot's cache, rows of D contiguous), L >= start + T -> [T, H, D]
+torch::Tensor chunk_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t start, int64_t window) {
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && keys.scalar_type() == torch::kFloat32 &&
+              values.scalar_type() == torch::kFloat32, "chunk_attention: float32 only");
+  q = q.contiguous();
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = keys.size(0), G = H / Hkv;
+  TORCH_CHECK(keys.stride(2) == 1 && keys.stride(1) == D && values.stride(2) == 1 && values.stride(1) == D,
+              "chunk_attention: key and value rows must be contiguous");
+  TORCH_CHECK(keys.size(1) >= start + T, "chunk_attention: the keys end before the chunk");
+  auto out = torch::empty_like(q);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (int64_t g = 0; g < Hkv; ++g) {
+    const float* kh = keys.data_ptr<float>() + g * keys.stride(0);
+    const float* vh = values.data_ptr<float>() + g * values.stride(0);
+    switch (D) {
+      case 32: chunk_head<2>(q.data_ptr<float>(), H * D, kh, vh, out.data_ptr<float>(), H * D, T, start, window, G, scale, g * G); break;
+      case 64: chunk_head<4>(q.data_ptr<float>(), H * D, kh, vh, out.data_ptr<float>(), H * D, T, start, window, G, scale, g * G); break;
+      case 128: chunk_head<8>(q.data_ptr<float>(), H * D, kh, vh, out.data_ptr<float>(), H * D, T, start, window, G, scale, g * G); break;
+      default: TORCH_CHECK(false, "chunk_attention: head width ", D, " is not 32, 64 or 128");
+    }
+  }
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("chunk_attention", &chunk_attention, pybind11::call_guard<pybind11::gil_scoped_release>());
+}
+"""
+
+
+def native_chunk_attention():
+    """The built op, or None (turned off, or no build here: the reason once on stderr)."""
+    return native_op(ENV, "strata_chunk_attention", _SOURCE, "chunk_attention",
+                     "prompt chunks use the flash calls of model/attention.py")

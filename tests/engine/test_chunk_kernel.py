@@ -1,0 +1,68 @@
+"""The native chunk attention (model/chunk_kernel.py) against the flash paths it stands in for (`aten_row`).
+
+The op is built once per machine (g++ and ninja; torch's extension cache keeps it), so the first run of
+this file pays ~30 s; where it cannot be built the tests skip, saying why, and prompt chunks take the flash
+paths.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata_engine.model import chunk_kernel
+from strata_engine.model.attention import aten_row, attend_row
+
+
+@pytest.fixture(scope="module")
+def native():
+    op = chunk_kernel.native_chunk_attention()
+    if op is None:
+        pytest.skip("the native chunk attention could not be built here (no C++ compiler or ninja)")
+    return op
+
+
+def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int):
+    """q [1, H, T, hd] as the engine passes it (a transposed view of [T, H + Hkv, hd]), and slot 1's keys and
+    values as views of a 3-slot cache with room after them."""
+    g = torch.Generator().manual_seed(seed)
+    length = start + tokens
+    caches = [torch.randn(3, kv_heads, length + 7, dim, generator=g) for _ in range(2)]
+    q = torch.randn(tokens, heads + kv_heads, dim, generator=g)[:, :heads].transpose(0, 1)[None]
+    return q, caches[0][1:2, :, :length], caches[1][1:2, :, :length], torch.arange(start, length)
+
+
+@pytest.mark.parametrize("window", [None, 1024, 16, 1])
+@pytest.mark.parametrize("tokens,start", [(256, 2048), (256, 0), (37, 1000), (2, 5), (9, 1030)])
+def test_native_equals_the_flash_paths(native, window, tokens, start):
+    q, keys, values, positions = _row(tokens, start, 8, 4, 32, seed=tokens + start)
+    got = attend_row(q, keys, values, positions, True, window)
+    want = aten_row(q, keys, values, positions, True, window)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(4, 4, 64), (8, 2, 128), (6, 3, 32)])
+def test_other_head_counts_and_widths(native, heads, kv_heads, dim):
+    q, keys, values, positions = _row(70, 300, heads, kv_heads, dim, seed=dim)
+    torch.testing.assert_close(attend_row(q, keys, values, positions, True, 64),
+                               aten_row(q, keys, values, positions, True, 64), rtol=1e-5, atol=2e-6)
+
+
+def test_a_querys_result_does_not_depend_on_the_other_queries(native):
+    q, keys, values, positions = _row(40, 1500, 8, 4, 32, seed=3)
+    before = attend_row(q, keys, values, positions, True, 1024)
+    other = q.clone()
+    other[:, :, ::2] = torch.randn_like(other[:, :, ::2])  # every other query of the chunk changed
+    after = attend_row(other, keys, values, positions, True, 1024)
+    assert torch.equal(before[:, :, 1::2], after[:, :, 1::2])
+    assert not torch.equal(before[:, :, ::2], after[:, :, ::2])
+
+
+def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
+    assert chunk_kernel.native_chunk_attention() is native
+    monkeypatch.setenv(chunk_kernel.ENV, "0")
+    assert chunk_kernel.native_chunk_attention() is None
+    q, keys, values, positions = _row(16, 100, 8, 4, 32, seed=5)
+    assert torch.equal(attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024))
+    monkeypatch.setenv(chunk_kernel.ENV, "yes")
+    with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL must be 0 .* or 1 .*, got 'yes'"):
+        chunk_kernel.native_chunk_attention()
