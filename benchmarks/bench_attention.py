@@ -167,7 +167,7 @@ def main() -> None:
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             print(row(f"{length:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
-        print("\n2. A prompt chunk past the window: A = attend_row's band path (three unmasked flash calls merged), "
+        print("\n2. A prompt chunk past the window: A = the flash band path (three unmasked flash calls merged), "
               "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
               f"rows take), chunk starting at {args.start:,}\n")
         chunks = ints(args.chunks)

@@ -7,14 +7,19 @@ stage thread or rank runs on a prompt chunk; the engine's row tile), at --thread
 writes the same KV positions again, so each read is the same read. Prints the CPU, the chunk's median and
 best time, tokens per second, the labelled modules' shares (attention with its projections, MoE, norms;
 labels from profile_decode_step.py) and the top aten ops with their share of the profiled chunk, so the
-attention kernel's and the GEMMs' parts of a read can be read off. A chunk past the model's sliding window
-(start >= window) takes the band path of model/attention.py.
+attention kernel's and the GEMMs' parts of a read can be read off.
+
+--compare-attention instead times the chunk with each of the two attention paths of model/attention.py, the
+flash calls (`STRATA_CHUNK_KERNEL=0`) and the native chunk op, alternating read by read in this process,
+and prints each path's median chunk, the attention calls' share of it, and native/flash.
 
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048
+  .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -27,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
 from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
-from strata_engine.model import load_model  # noqa: E402
+from strata_engine.model import chunk_kernel, load_model, transformer  # noqa: E402
+from strata_engine.model.attention import attend_row  # noqa: E402
+from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
@@ -49,6 +56,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a stage rank reads at 1 here)")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--top", type=int, default=10, help="aten ops listed")
+    p.add_argument("--compare-attention", action="store_true",
+                   help="time the chunk with the flash calls and with the native chunk op, alternating (no profile)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, config = load_model("strata-tiny-moe")
@@ -69,6 +78,8 @@ def main() -> None:
 
         for _ in range(3):
             read()
+        if args.compare_attention:
+            return compare_attention(read, args, tile)
         took = []
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -91,6 +102,43 @@ def main() -> None:
     ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[:args.top]
     for e in ops:
         print(f"  aten {e.key:<50} {e.self_cpu_time_total / whole:6.1%}  x{e.count // args.repeats}")
+
+
+def compare_attention(read, args, tile: int) -> None:
+    """Each read timed whole and in its attention calls, the two paths alternating (flash, native, native, flash, ...)."""
+    if native_chunk_attention() is None:
+        sys.exit("--compare-attention: the native chunk op could not be built here")
+    spent: list[float] = []
+
+    def timed(*a, **k):
+        start = time.perf_counter()
+        out = attend_row(*a, **k)
+        spent.append(time.perf_counter() - start)
+        return out
+
+    took: dict[str, list[float]] = {"flash": [], "native": []}
+    calls: dict[str, list[float]] = {"flash": [], "native": []}
+    transformer.attend_row = timed
+    try:
+        for i in range(args.repeats * 2):
+            name = ("flash", "native")[(i + i // 2) % 2]
+            os.environ[chunk_kernel.ENV] = "0" if name == "flash" else "1"
+            spent.clear()
+            start = time.perf_counter()
+            read()
+            took[name].append(time.perf_counter() - start)
+            calls[name].append(sum(spent))
+    finally:
+        transformer.attend_row = attend_row
+        os.environ.pop(chunk_kernel.ENV, None)
+    print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, "
+          f"{args.threads} thread(s), row tile {tile}; {args.repeats} reads each, alternating")
+    print(f"| chunk of {args.chunk} at {args.start} | chunk, median ms | its attention calls, median ms |\n|---|---:|---:|")
+    for name in took:
+        print(f"| {name} | {statistics.median(took[name]) * 1e3:.1f} | {statistics.median(calls[name]) * 1e3:.1f} |")
+    ratio = statistics.median(took["native"]) / statistics.median(took["flash"])
+    print(f"native / flash, the chunk: {ratio:.2f}; the attention calls: "
+          f"{statistics.median(calls['native']) / statistics.median(calls['flash']):.2f}")
 
 
 if __name__ == "__main__":

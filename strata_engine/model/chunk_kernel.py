@@ -106,17 +106,17 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       for (int64_t r = 0; r < Rp; r += 8) {
         for (int64_t jj = j; jj < j + KW; jj += 32) {
           v16 acc[8][2] = {};
-        const float* base = kt.data() + offs + jj;
-        for (int64_t d = 0; d < D; ++d) {
-          const float* kd = base + d * NP;
-          const v16 k0 = load16(kd), k1 = load16(kd + 16);
-          for (int rr = 0; rr < 8; ++rr) {
-            const float qv = qs[(r + rr) * D + d];
-            acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
+          const float* base = kt.data() + offs + jj;
+          for (int64_t d = 0; d < D; ++d) {
+            const float* kd = base + d * NP;
+            const v16 k0 = load16(kd), k1 = load16(kd + 16);
+            for (int rr = 0; rr < 8; ++rr) {
+              const float qv = qs[(r + rr) * D + d];
+              acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
+            }
           }
-        }
-        for (int rr = 0; rr < 8; ++rr)
-          for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
+          for (int rr = 0; rr < 8; ++rr)
+            for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
         }
       }
     }

@@ -201,6 +201,7 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_weight_layout.py": Run(((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)),
     ".venv/bin/python benchmarks/bench_attention.py": Run(((r"$", " --repeats 3"),)),
     ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 256": Run(((r"$", " --repeats 3"),)),
+    ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 64,256": Run(((r"$", " --repeats 3"),)),
     # docs/BATCHING.md
     ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(((r"--tokens 200", "--tokens 40"),)),
     ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json":
@@ -275,8 +276,8 @@ CHECKS: dict[str, object] = {
         Skip("tests/verify/test_vllm_verify.py runs it against the session's vLLM server"),
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091":
         Skip("tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"),
-    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-kernel":
-        Skip("45 engine runs, ~15 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
+    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-chunk":
+        Skip("45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"),
     # docs/BATCHING.md, the agents re-measured
     'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"':
         Skip("sets a shell variable for the command after it"),
@@ -296,6 +297,7 @@ CHECKS: dict[str, object] = {
         Skip("four fresh engines a round, three of them compiling, one vLLM (~3 min); the MODEL.md steady-decode command runs the same script small"),
     # docs/MODEL.md, a read's chunk profiled on one core
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
+    ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention": Run(((r"$", " --repeats 3"),)),
     # docs/MODEL.md, steady decode with the whole decode
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
