@@ -38,6 +38,17 @@ def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") ->
     if value not in COMPILED_GEMMS:
         raise ValueError(f"{COMPILED_GEMMS_ENV} must be one of {', '.join(COMPILED_GEMMS)}, got {value!r}")
     return value
+
+
+KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL")  # model/chunk_kernel.py, runtime/decode_kernel.py
+
+
+def kernel_on(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """A native op's switch: 1 (or unset) = the op, 0 = ATen's calls; anything else is an error naming it."""
+    value = (os.environ if env is None else env).get(name, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 (ATen's calls) or 1 (the native op), got {value!r}")
+    return value == "1"
 STAGE_RANKS = ("launch", "join")
 # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
 # (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
@@ -110,9 +121,7 @@ class SchedulerConfig:
         if self.ctx < 2:
             raise ValueError(f"ctx must be >= 2, got {self.ctx}")
         if self.decode_max_ms < self.decode_min_ms:
-            raise ValueError(
-                f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})"
-            )
+            raise ValueError(f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})")
 
     @property
     def pipelined(self) -> bool:
@@ -121,12 +130,8 @@ class SchedulerConfig:
     def group_slots(self) -> list[list[int]]:
         """Slots split into batch_groups contiguous groups: --batch 4 --batch-groups 2 -> [[0,1],[2,3]]."""
         base, extra = divmod(self.batch, self.batch_groups)
-        groups, start = [], 0
-        for g in range(self.batch_groups):
-            size = base + (1 if g < extra else 0)
-            groups.append(list(range(start, start + size)))
-            start += size
-        return groups
+        sizes = [base + (1 if g < extra else 0) for g in range(self.batch_groups)]
+        return [list(range(sum(sizes[:g]), sum(sizes[: g + 1]))) for g in range(self.batch_groups)]
 
     def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
         """The STRATA_* variables over this config: an unset (or bad) one keeps this config's value, which is
@@ -203,6 +208,8 @@ class EngineConfig:
             raise ValueError("--compile compiles the torch executor's model step; the sim executor has none")
         if self.compile:
             self.compiled_gemms()  # a bad STRATA_COMPILED_GEMMS is named before anything loads
+        for name in KERNEL_ENVS if self.executor == "torch" else ():
+            kernel_on(name, self.env)  # so is a bad kernel switch
         if self.stage_ranks == "join" and self.stage_workers != "dist":
             raise ValueError("--stage-ranks join needs --stage-workers dist")
         if not isinstance(self.prompt_cache_mib, int) or self.prompt_cache_mib < 0:
@@ -251,8 +258,7 @@ class EngineConfig:
         return max(1, min(groups, self.batch))
 
     def compiled_gemms(self) -> str:
-        """The compiled step's GEMMs: `STRATA_COMPILED_GEMMS` where set, else the layout's (fastest: inductor's C++
-        template, docs/MODEL.md "The compiled GEMMs"), else MKL's through ATen."""
+        """`STRATA_COMPILED_GEMMS` where set, else the layout's (fastest: inductor's C++ template), else MKL's."""
         return gemms_choice(self.env, "template" if self.layout == "fastest" else "aten")
 
     def scheduler_config(self) -> SchedulerConfig:

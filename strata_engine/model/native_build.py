@@ -1,9 +1,9 @@
 """Native ops: a C++ source built once per machine with torch.utils.cpp_extension, or None where it cannot be.
 
 Contract: `native_op(env, name, source, function, fallback)` returns the built function `function` of
-`source`, or None where the environment variable `env` is 0 or the build fails here (no C++ compiler, no
-ninja, a build error: said once on stderr, naming `fallback`, what serves instead). `env` takes 0 or 1
-(unset = 1); anything else is a ValueError naming it. Each op is built the first time it is asked for
+`source`, or None where the environment variable `env` is 0 (`config.kernel_on`: 0 or 1, unset = 1; any
+other value is a ValueError naming it) or the build fails here (no C++ compiler, no ninja, a build error:
+said once on stderr, naming `fallback`, what serves instead). Each op is built the first time it is asked for
 (g++ with `-O3 -march=native`, ~20-40 s once), then loaded from torch's extension cache
 (~/.cache/torch_extensions) under a name holding a hash of this CPU's flags, so a home directory shared by
 machines of other kinds does not hand one of them another's build.
@@ -11,26 +11,19 @@ machines of other kinds does not hand one of them another's build.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import sys
 import threading
+
+from ..config import kernel_on
 
 _lock = threading.Lock()
 _built: dict[str, object] = {}
 
 
-def switch(env: str) -> bool:
-    """Whether `env` (0 or 1, unset = 1) asks for the native op."""
-    value = os.environ.get(env, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise ValueError(f"{env} must be 0 (the ATen path) or 1 (the native op), got {value!r}")
-    return value == "1"
-
-
 def native_op(env: str, name: str, source: str, function: str, fallback: str):
     """The built op, or None (turned off by `env`, or no build here: the reason once on stderr)."""
-    if not switch(env):
+    if not kernel_on(env):
         return None
     with _lock:
         if name not in _built:

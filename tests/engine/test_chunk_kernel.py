@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from strata_engine.config import EngineConfig
 from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row, attend_row
 
@@ -66,3 +67,10 @@ def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
     monkeypatch.setenv(chunk_kernel.ENV, "yes")
     with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL must be 0 .* or 1 .*, got 'yes'"):
         chunk_kernel.native_chunk_attention()
+
+
+@pytest.mark.parametrize("name", ["STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL"])
+def test_a_bad_switch_is_named_before_the_engine_loads(name):
+    with pytest.raises(ValueError, match=f"{name} must be 0 .* or 1 .*, got 'on'"):
+        EngineConfig(env={name: "on"})
+    EngineConfig(executor="sim", env={name: "on"})  # the sim executor runs no kernel
