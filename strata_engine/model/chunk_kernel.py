@@ -92,6 +92,11 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
   const int64_t rows_cap = (G * QB + 7) / 8 * 8;
   std::vector<float> qs(rows_cap * D), s;
   std::vector<float> inverse(rows_cap);
+  std::vector<int32_t> lo_of(rows_cap), hi_of(rows_cap);
+  std::vector<v16> top(rows_cap);
+  i16 lane;
+  for (int l = 0; l < 16; ++l) lane[l] = l;
+  const v16 neg = splat(-std::numeric_limits<float>::infinity()), zero = {};
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
     const int64_t nq = std::min(QB, T - i0), R = G * nq, Rp = (R + 7) / 8 * 8;
     const int64_t blo = window > 0 ? std::max<int64_t>(0, start + i0 - window + 1) : 0, bhi = start + i0 + nq - 1;
@@ -101,6 +106,12 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       for (int64_t hl = 0; hl < G; ++hl)
         for (int64_t d = 0; d < D; ++d) qs[(i * G + hl) * D + d] = q[(i0 + i) * q_pos_stride + (h0 + hl) * D + d] * scale;
     if ((int64_t)s.size() < Rp * nv) s.resize(Rp * nv);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t p = start + i0 + r / G;
+      lo_of[r] = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
+      hi_of[r] = static_cast<int32_t>(p - blo + 1);
+      top[r] = neg;
+    }
     // scores: 8 rows x 32 keys in 16 accumulators over d; a 64-key tile of the transposed keys stays in L1
     for (int64_t j = 0; j < nv; j += KW) {
       for (int64_t r = 0; r < Rp; r += 8) {
@@ -115,29 +126,33 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
               acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
             }
           }
-          for (int rr = 0; rr < 8; ++rr)
+          for (int rr = 0; rr < 8; ++rr) {
             for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
+            if (r + rr >= R) continue;
+            const int32_t a = lo_of[r + rr], b = hi_of[r + rr];
+            if (jj >= a && jj + 32 <= b) {
+              top[r + rr] = acc[rr][0] > top[r + rr] ? acc[rr][0] : top[r + rr];
+              top[r + rr] = acc[rr][1] > top[r + rr] ? acc[rr][1] : top[r + rr];
+            } else if (jj + 32 > a && jj < b) {
+              for (int c = 0; c < 2; ++c) {
+                const i16 idx = lane + static_cast<int32_t>(jj + 16 * c);
+                top[r + rr] = (idx >= a && idx < b && acc[rr][c] > top[r + rr]) ? acc[rr][c] : top[r + rr];
+              }
+            }
+          }
         }
       }
     }
-    // softmax of each row over its own keys (the rest of the block's range weighs 0)
-    i16 lane;
-    for (int l = 0; l < 16; ++l) lane[l] = l;
-    const v16 neg = splat(-std::numeric_limits<float>::infinity()), zero = {};
+    // softmax of each row over its own keys, its max taken with the scores (the rest of the block's range weighs 0)
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t p = start + i0 + r / G;
-      const int32_t a = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
-      const int32_t b = static_cast<int32_t>(p - blo + 1);
+      const int32_t a = lo_of[r], b = hi_of[r];
       float* row = s.data() + r * nv;
-      v16 top = neg;
-      for (int64_t j = 0; j < nv; j += 16) {
-        const i16 idx = lane + static_cast<int32_t>(j);
-        const v16 x = load16(row + j);
-        top = (idx >= a && idx < b && x > top) ? x : top;
-      }
-      const float m = hmax(top);
+      const float m = hmax(top[r]);
       v16 total = {};
-      for (int64_t j = 0; j < nv; j += 16) {
+      const int64_t ja = a / 16 * 16, jb = (b + 15) / 16 * 16;
+      for (int64_t j = 0; j < ja; j += 16) store16(row + j, zero);
+      for (int64_t j = jb; j < nv; j += 16) store16(row + j, zero);
+      for (int64_t j = ja; j < jb; j += 16) {
         const i16 idx = lane + static_cast<int32_t>(j);
         const v16 e = (idx >= a && idx < b) ? exp16(load16(row + j) - m) : zero;
         store16(row + j, e);
