@@ -24,40 +24,10 @@ from .native_build import native_op
 ENV = "STRATA_CHUNK_KERNEL"  # 0 = the flash calls of model/attention.py
 
 _SOURCE = r"""
-#include <torch/extension.h>
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <vector>
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
-
+// Follows native_build.PREAMBLE: the includes, v16 and exp_nonpositive.
 static inline v16 load16(const float* p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
 static inline void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
 static inline v16 splat(float x) { v16 v = {}; return v + x; }
-
-// e^x for x <= 0, 16 lanes: the decode op's polynomial (x = r ln2 + f, Taylor to f^7, 2^r in the exponent bits).
-static inline v16 exp16(v16 x) {
-  const v16 floor_ = splat(-87.3f);
-  x = x < floor_ ? floor_ : x;
-  const v16 r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const v16 f = (x - r * 0.693359375f) + r * 2.12194440e-4f;
-  v16 e = splat(1.0f / 5040.0f);
-  e = e * f + 1.0f / 720.0f;
-  e = e * f + 1.0f / 120.0f;
-  e = e * f + 1.0f / 24.0f;
-  e = e * f + 1.0f / 6.0f;
-  e = e * f + 0.5f;
-  e = e * f + 1.0f;
-  e = e * f + 1.0f;
-  const i16 bits = (__builtin_convertvector(r, i16) + 127) << 23;
-  v16 scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return e * scale;
-}
 
 static inline float hsum(v16 v) {  // a fixed tree
   float s[16];
@@ -154,7 +124,7 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       for (int64_t j = jb; j < nv; j += 16) store16(row + j, zero);
       for (int64_t j = ja; j < jb; j += 16) {
         const i16 idx = lane + static_cast<int32_t>(j);
-        const v16 e = (idx >= a && idx < b) ? exp16(load16(row + j) - m) : zero;
+        const v16 e = (idx >= a && idx < b) ? exp_nonpositive(load16(row + j) - m) : zero;
         store16(row + j, e);
         total += e;
       }

@@ -21,35 +21,7 @@ from ..model.native_build import native_op
 ENV = "STRATA_DECODE_KERNEL"  # 0 = the per-row ATen calls
 
 _SOURCE = r"""
-#include <torch/extension.h>
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <vector>
-
-// e^x for x <= 0 (a softmax's max-subtracted scores), in a form the compiler vectorizes: x = r ln2 + f with r
-// rounded to nearest (ln2 in two parts, as Cephes does) and |f| <= ln2/2, e^f by its Taylor series to f^7
-// (error < 6e-9), times 2^r built in the exponent bits; below -87.3 it returns 2^-126 (a weight of ~1e-38).
-static inline float exp_nonpositive(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  const float r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float f = (x - r * 0.693359375f) + r * 2.12194440e-4f;
-  float e = 1.0f / 5040.0f;
-  e = e * f + 1.0f / 720.0f;
-  e = e * f + 1.0f / 120.0f;
-  e = e * f + 1.0f / 24.0f;
-  e = e * f + 1.0f / 6.0f;
-  e = e * f + 0.5f;
-  e = e * f + 1.0f;
-  e = e * f + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(r) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return e * scale;
-}
-
+// Follows native_build.PREAMBLE: the includes, v16 and exp_nonpositive.
 // One (row, head): scores over its keys, a max-subtracted softmax and the weighted sum of values, in a fixed
 // order. D > 0: the head width known when compiled (0: `dim` at run time).
 template <int D>

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
+import pytest
 import torch
 
 from strata_engine.model.kv_cache import KVCache
@@ -61,3 +62,11 @@ def greedy(model: Transformer, prompt: Sequence[int], new_tokens: int, chunk: in
             logits = model(torch.tensor([[out[-1]]]), torch.tensor([[pos]]), kv, slots)
             out.append(int(logits[0, -1].argmax()))
     return out
+
+
+def native_op_or_skip(getter: Callable[[], Callable | None], what: str) -> Callable:
+    """A native op (model/native_build.py) for its tests, built here, or the test skips saying why it could not be."""
+    op = getter()
+    if op is None:
+        pytest.skip(f"the native {what} could not be built here (no C++ compiler or ninja)")
+    return op

@@ -13,13 +13,12 @@ from strata_engine.config import EngineConfig
 from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row, attend_row
 
+from helpers import native_op_or_skip
+
 
 @pytest.fixture(scope="module")
 def native():
-    op = chunk_kernel.native_chunk_attention()
-    if op is None:
-        pytest.skip("the native chunk attention could not be built here (no C++ compiler or ninja)")
-    return op
+    return native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
 
 
 def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int):

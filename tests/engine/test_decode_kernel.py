@@ -11,15 +11,14 @@ import torch
 from strata_engine.runtime import decode_kernel
 from strata_engine.runtime.compiled_step import per_row_attention
 
+from helpers import native_op_or_skip
+
 HEADS, KV_HEADS, DIM, CTX = 8, 4, 32, 2048
 
 
 @pytest.fixture(scope="module")
 def native():
-    op = decode_kernel.native_decode_attention()
-    if op is None:
-        pytest.skip("the native decode attention could not be built here (no C++ compiler or ninja)")
-    return op
+    return native_op_or_skip(decode_kernel.native_decode_attention, "decode attention")
 
 
 def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DIM):
