@@ -8,7 +8,7 @@ model's head counts, head_dim and sliding window read from its config:
   1. decode, one query of one row over --keys cached keys: `attend_row` (the flash kernel, as the engine
      calls it) against two bmm's and a softmax (the query heads sharing a kv head folded by a reshape);
   2. a prompt chunk of each of --chunks consecutive queries past the window, starting at --start:
-     the flash band path (three unmasked flash calls merged, `_band_window_chunk`) against the masked
+     the flash band path (three unmasked flash calls merged, `band_window_chunk`) against the masked
      path (one `scaled_dot_product_attention` over every key the chunk sees: what a chunk took before the
      band path, and what non-consecutive rows still take);
   3. the compiled decode step's attention op for a micro-batch of --decode-rows rows (padded to 8, each
@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
-from strata_engine.model.attention import _band_window_chunk, _flash_cpu, aten_row, attend_row  # noqa: E402
+from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row, attend_row  # noqa: E402
 from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
 from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
 from strata_engine.runtime.decode_kernel import native_decode_attention  # noqa: E402
@@ -171,9 +171,9 @@ def main() -> None:
               "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
               f"rows take), chunk starting at {args.start:,}\n")
         chunks = ints(args.chunks)
-        if window is None or _flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
+        if window is None or flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
             print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
-                  f"chunks {chunks}, flash op {'present' if _flash_cpu is not None else 'absent'})")
+                  f"chunks {chunks}, flash op {'present' if flash_cpu is not None else 'absent'})")
         else:
             band_chunks(config, window, args, generator, chunks)
 
@@ -187,7 +187,7 @@ def band_chunks(config, window: int, args, generator: torch.Generator, chunks: l
     for chunk in chunks:
         length = args.start + chunk
         q, keys, values, positions = row_inputs(config, chunk, length, generator)
-        arms = {"A": lambda: _band_window_chunk(q, keys, values, args.start, window),
+        arms = {"A": lambda: band_window_chunk(q, keys, values, args.start, window),
                 "B": lambda: attend_row(q, keys, values, positions, False, window)}
         low = args.start - window + 1
         ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from .chunk_kernel import native_chunk_attention
 
-_flash_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+# ATen's CPU flash kernel with its log-sum-exp (None on a torch without it): what the windowed paths merge.
+flash_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, consecutive: bool,
@@ -52,7 +53,7 @@ def aten_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, position
     start = length - tokens
     if consecutive and start == 0:
         return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
-    if consecutive and _flash_cpu is not None and q.device.type == "cpu" and q.dtype == torch.float32:
+    if consecutive and flash_cpu is not None and q.device.type == "cpu" and q.dtype == torch.float32:
         return _prefix_then_chunk(q, keys, values, start)
     seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
     mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
@@ -71,9 +72,9 @@ def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positio
     """Sliding-window attention: the query at position p sees keys (p - window, p]."""
     tokens, length = q.shape[2], keys.shape[2]
     low = max(0, int(positions[0]) - window + 1) if tokens > 1 else length - window  # the first key any query sees
-    if consecutive and 1 < tokens < window and low > 0 and _flash_cpu is not None \
+    if consecutive and 1 < tokens < window and low > 0 and flash_cpu is not None \
             and q.device.type == "cpu" and q.dtype == torch.float32:
-        return _band_window_chunk(q, keys, values, length - tokens, window)
+        return band_window_chunk(q, keys, values, length - tokens, window)
     keys, values = keys[:, :, low:], values[:, :, low:]
     if tokens == 1:
         return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
@@ -83,7 +84,7 @@ def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positio
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
-def _band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, window: int) -> torch.Tensor:
+def band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, window: int) -> torch.Tensor:
     """T consecutive queries at start..start+T-1 (1 < T < window, start >= window): the shared keys, the
     band and the chunk, each a flash call without a mask, merged (module docstring)."""
     _, heads, tokens, head_dim = q.shape
@@ -93,7 +94,7 @@ def _band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     # The band's T-1 keys, reversed, against queries T-2..0 (the last query sees none of it): causal.
     band_keys = keys[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
     band_values = values[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
-    out_band, lse_band = _flash_cpu(q[:, :, : tokens - 1].flip(2), band_keys, band_values, 0.0, True)[:2]
+    out_band, lse_band = flash_cpu(q[:, :, : tokens - 1].flip(2), band_keys, band_values, 0.0, True)[:2]
     parts.append((torch.cat([out_band.flip(2), out_band.new_zeros(1, heads, 1, head_dim)], dim=2),
                   torch.cat([lse_band.flip(2), lse_band.new_full((1, heads, 1), float("-inf"))], dim=2)))
     return _merge(parts)
@@ -112,11 +113,11 @@ def _unmasked_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tens
     group = heads // kv_heads
     # Those keys need no mask, so the query heads sharing a kv head fold into one long query block.
     folded = q.reshape(1, kv_heads, group * tokens, head_dim)
-    out, lse = _flash_cpu(folded, keys[:, :, low:start], values[:, :, low:start], 0.0, False)[:2]
+    out, lse = flash_cpu(folded, keys[:, :, low:start], values[:, :, low:start], 0.0, False)[:2]
     chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
     chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
     return [(out.reshape(1, heads, tokens, head_dim), lse.reshape(1, heads, tokens)),
-            _flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]]
+            flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]]
 
 
 def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
