@@ -11,10 +11,13 @@ attention kernel's and the GEMMs' parts of a read can be read off.
 
 --compare-attention instead times the chunk with each of the two attention paths of model/attention.py, the
 flash calls (`STRATA_CHUNK_KERNEL=0`) and the native chunk op, alternating read by read in this process,
-and prints each path's median chunk, the attention calls' share of it, and native/flash.
+and prints each path's median chunk, the attention calls' share of it, and native/flash. --compare-experts does
+the same for the routed experts: `MoE._routed`'s Python loop (`STRATA_EXPERT_KERNEL=0`) against the native
+op of model/expert_kernel.py.
 
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention
+  .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-experts
 """
 from __future__ import annotations
 
@@ -32,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
 from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
-from strata_engine.model import chunk_kernel, load_model, transformer  # noqa: E402
-from strata_engine.model.attention import attend_row  # noqa: E402
+from strata_engine.model import chunk_kernel, expert_kernel, load_model, transformer  # noqa: E402
 from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
+from strata_engine.model.expert_kernel import native_routed_experts  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
@@ -58,6 +61,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=10, help="aten ops listed")
     p.add_argument("--compare-attention", action="store_true",
                    help="time the chunk with the flash calls and with the native chunk op, alternating (no profile)")
+    p.add_argument("--compare-experts", action="store_true",
+                   help="time the chunk with the routed experts' Python loop and with the native op, alternating (no profile)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, config = load_model("strata-tiny-moe")
@@ -78,8 +83,8 @@ def main() -> None:
 
         for _ in range(3):
             read()
-        if args.compare_attention:
-            return compare_attention(read, args, tile)
+        if args.compare_attention or args.compare_experts:
+            return compare_kernel(read, args, tile, "attention" if args.compare_attention else "experts")
         took = []
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -104,41 +109,50 @@ def main() -> None:
         print(f"  aten {e.key:<50} {e.self_cpu_time_total / whole:6.1%}  x{e.count // args.repeats}")
 
 
-def compare_attention(read, args, tile: int) -> None:
-    """Each read timed whole and in its attention calls, the two paths alternating (flash, native, native, flash, ...)."""
-    if native_chunk_attention() is None:
-        sys.exit("--compare-attention: the native chunk op could not be built here")
+KERNELS = {  # --compare-X: the env switch, what the ATen path is called, and the call timed inside the chunk
+    "attention": (chunk_kernel.ENV, "flash", transformer, "attend_row", "its 4 attention calls"),
+    "experts": (expert_kernel.ENV, "python", transformer.MoE, "_routed", "its 4 routed-expert calls"),
+}
+
+
+def compare_kernel(read, args, tile: int, kernel: str) -> None:
+    """Each read timed whole and in the kernel's calls, the ATen path and the native op alternating (aten,
+    native, native, aten, ...), switched by the op's environment variable (read at every call)."""
+    env, aten, owner, attr, calls_label = KERNELS[kernel]
+    if (native_chunk_attention if kernel == "attention" else native_routed_experts)() is None:
+        sys.exit(f"--compare-{kernel}: the native op could not be built here")
     spent: list[float] = []
+    original = getattr(owner, attr)
 
     def timed(*a, **k):
         start = time.perf_counter()
-        out = attend_row(*a, **k)
+        out = original(*a, **k)
         spent.append(time.perf_counter() - start)
         return out
 
-    took: dict[str, list[float]] = {"flash": [], "native": []}
-    calls: dict[str, list[float]] = {"flash": [], "native": []}
-    transformer.attend_row = timed
+    took: dict[str, list[float]] = {aten: [], "native": []}
+    calls: dict[str, list[float]] = {aten: [], "native": []}
+    setattr(owner, attr, timed)
     try:
         for i in range(args.repeats * 2):
-            name = ("flash", "native")[(i + i // 2) % 2]
-            os.environ[chunk_kernel.ENV] = "0" if name == "flash" else "1"
+            name = (aten, "native")[(i + i // 2) % 2]
+            os.environ[env] = "0" if name == aten else "1"
             spent.clear()
             start = time.perf_counter()
             read()
             took[name].append(time.perf_counter() - start)
             calls[name].append(sum(spent))
     finally:
-        transformer.attend_row = attend_row
-        os.environ.pop(chunk_kernel.ENV, None)
+        setattr(owner, attr, original)
+        os.environ.pop(env, None)
     print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, "
           f"{args.threads} thread(s), row tile {tile}; {args.repeats} reads each, alternating")
-    print(f"| chunk of {args.chunk} at {args.start} | chunk, median ms | its attention calls, median ms |\n|---|---:|---:|")
+    print(f"| chunk of {args.chunk} at {args.start} | chunk, median ms | {calls_label}, median ms |\n|---|---:|---:|")
     for name in took:
         print(f"| {name} | {statistics.median(took[name]) * 1e3:.1f} | {statistics.median(calls[name]) * 1e3:.1f} |")
-    ratio = statistics.median(took["native"]) / statistics.median(took["flash"])
-    print(f"native / flash, the chunk: {ratio:.2f}; the attention calls: "
-          f"{statistics.median(calls['native']) / statistics.median(calls['flash']):.2f}")
+    ratio = statistics.median(took["native"]) / statistics.median(took[aten])
+    print(f"native / {aten}, the chunk: {ratio:.2f}; the calls: "
+          f"{statistics.median(calls['native']) / statistics.median(calls[aten]):.2f}")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ def _epilog() -> str:
     lines = ["\b", "Scheduler environment variables (read at engine start; bad values fall back to the default):"]
     for name, (_field, _cast, default, _min) in ENV_VARS.items():
         lines.append(f"  {name} (default {default:g}): {ENV_HELP.get(name, '')}")
-    lines += ["\b", "Kernels (CPU, float32; built with g++ once per machine, ~30 s each): STRATA_CHUNK_KERNEL=0 reads prompt "
-              "chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
-              "compiled decode step ATen's per-row attention instead of its native op (docs/MODEL.md)."]
+    lines += ["\b", "Kernels (CPU; built with g++ once per machine, ~30 s each; docs/MODEL.md): STRATA_CHUNK_KERNEL=0 reads "
+              "prompt chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
+              "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
+              "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops."]
     lines += ["\b", "Server: STRATA_API_KEY = --api-key."]
     return "\n".join(lines)
 

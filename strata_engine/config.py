@@ -40,7 +40,8 @@ def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") ->
     return value
 
 
-KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL")  # model/chunk_kernel.py, runtime/decode_kernel.py
+# model/chunk_kernel.py, runtime/decode_kernel.py, model/expert_kernel.py
+KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL", "STRATA_EXPERT_KERNEL")
 
 
 def kernel_on(name: str, env: Mapping[str, str] | None = None) -> bool:

@@ -19,6 +19,7 @@ from torch import nn
 from .kv_cache import KVCache, LayerKV
 from .attention import attend_row
 from .config import ModelConfig
+from .expert_kernel import native_routed_experts
 from .rows import Rows
 
 
@@ -191,6 +192,9 @@ class MoE(nn.Module):
         return F.silu(gate) * up, dense_weights
 
     def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
+        op = native_routed_experts() if x.device.type == "cpu" else None
+        if op is not None:  # this loop in C++, bitwise the same (model/expert_kernel.py)
+            return op(x, weights, experts, self.gate_up_proj, self.down_proj, self.row_tile)
         out = torch.zeros_like(x)
         # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
         # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.config import EngineConfig
+from strata_engine.config import KERNEL_ENVS, EngineConfig
 from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row, attend_row
 
@@ -68,7 +68,7 @@ def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
         chunk_kernel.native_chunk_attention()
 
 
-@pytest.mark.parametrize("name", ["STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL"])
+@pytest.mark.parametrize("name", KERNEL_ENVS)
 def test_a_bad_switch_is_named_before_the_engine_loads(name):
     with pytest.raises(ValueError, match=f"{name} must be 0 .* or 1 .*, got 'on'"):
         EngineConfig(env={name: "on"})

@@ -1,0 +1,88 @@
+"""The native routed experts (model/expert_kernel.py) against the Python loop of `MoE._routed` it stands in for.
+
+The op runs ATen's own calls from C++, so its output must be bitwise the loop's: on random routers and on the
+embedded model, padded and unpadded, with padding rows, float32 and bfloat16. Built once per machine (g++ and
+ninja); where it cannot be built the tests skip, saying why, and the loop serves.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata_engine.model import expert_kernel, load_model, transformer
+from strata_engine.model.config import ModelConfig
+from strata_engine.model.transformer import MoE
+
+from helpers import greedy, native_op_or_skip
+
+
+@pytest.fixture(scope="module")
+def native():
+    return native_op_or_skip(expert_kernel.native_routed_experts, "routed experts")
+
+
+def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
+    config = ModelConfig(architecture="qwen3_moe", vocab_size=16, hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=32,
+                         intermediate_size=96, num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=48,
+                         norm_topk_prob=True, max_position_embeddings=64)
+    moe = MoE(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in moe.parameters():
+            param.copy_(torch.randn(param.shape, generator=g) * 0.3)
+    return moe.to(dtype)
+
+
+def _python_loop(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, monkeypatch) -> torch.Tensor:
+    with monkeypatch.context() as patch:
+        patch.setenv(expert_kernel.ENV, "0")
+        return moe._routed(x, weights, experts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("row_tile", [1, 4, 16])
+@pytest.mark.parametrize("rows,real,experts,top_k", [(256, 256, 8, 2), (40, 37, 8, 2), (6, 6, 8, 2), (1, 1, 4, 1),
+                                                     (33, 20, 16, 4)])
+def test_native_is_bitwise_the_python_loop(native, monkeypatch, dtype, row_tile, rows, real, experts, top_k):
+    moe = _moe(experts, top_k, seed=rows + experts, dtype=dtype)
+    moe.row_tile = row_tile
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(row_tile)).to(dtype)
+    _, weights, chosen = moe.route(x)
+    weights, chosen = weights[:real], chosen[:real]
+    want = _python_loop(moe, x, weights, chosen, monkeypatch)
+    got = moe._routed(x, weights, chosen)
+    assert torch.equal(got, want)
+    assert not got[real:].any()  # padding rows choose no expert
+
+
+def test_an_expert_nobody_chose_is_skipped_and_a_bad_id_is_named(native):
+    moe = _moe(8, 2, seed=3)
+    x = torch.randn(5, 64)
+    weights, chosen = torch.full((5, 2), 0.5), torch.tensor([[0, 7]] * 5)
+    assert torch.equal(moe._routed(x, weights, chosen), native(x, weights, chosen, moe.gate_up_proj, moe.down_proj, 1))
+    with pytest.raises(RuntimeError, match="expert id 8 out of range"):
+        native(x, weights, torch.tensor([[0, 8]] * 5), moe.gate_up_proj, moe.down_proj, 1)
+
+
+def test_the_embedded_models_greedy_tokens_are_the_same_either_way(native, monkeypatch):
+    model, config = load_model("strata-tiny-moe")
+    for module in model.modules():
+        if isinstance(module, MoE):
+            module.row_tile = 4  # the engine's padded routed path, as on CPU in float32
+    prompt = list(b"def fibonacci(n):\n    if n < 2:\n        return n\n" * 6)
+    native_tokens = greedy(model, prompt, 12, chunk=64)
+    monkeypatch.setenv(expert_kernel.ENV, "0")
+    assert greedy(model, prompt, 12, chunk=64) == native_tokens
+
+
+def test_the_op_goes_native_unless_turned_off(native, monkeypatch):
+    assert expert_kernel.native_routed_experts() is native
+    monkeypatch.setenv(expert_kernel.ENV, "0")
+    assert expert_kernel.native_routed_experts() is None
+    assert transformer.native_routed_experts is expert_kernel.native_routed_experts  # what _routed asks
+
+
+def test_a_bad_switch_is_named(monkeypatch):
+    monkeypatch.setenv(expert_kernel.ENV, "yes")
+    with pytest.raises(ValueError, match="STRATA_EXPERT_KERNEL must be 0 .* or 1 .*, got 'yes'"):
+        expert_kernel.native_routed_experts()
