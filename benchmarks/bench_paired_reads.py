@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from strata_bench.engines.launcher import EngineProcess  # noqa: E402
 from strata_bench.engines.probe import probe  # noqa: E402
-from strata_bench.presets import fill_engines  # noqa: E402
+from strata_bench.arms import ArmError  # noqa: E402
+from strata_bench.presets import engine_commands  # noqa: E402
 from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 
 
@@ -58,15 +59,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8, help="reads per arm, alternating (default 8)")
     p.add_argument("--warmup", type=int, default=1, help="untimed reads per arm first (default 1)")
     args = p.parse_args()
-    arms = []
-    for spec in args.arm:
-        name, _, command = spec.partition("=")
-        filled, missing = fill_engines(command)
-        if not command or missing:
-            raise SystemExit(f"arm {name!r}: {missing or 'expected NAME=COMMAND'}")
-        arms.append((name, filled))
-    if len(arms) < 2 or len({name for name, _ in arms}) != len(arms):
-        raise SystemExit("give two or more --arm NAME=COMMAND with different names")
+    try:
+        arms = engine_commands(args.arm)
+    except ArmError as exc:
+        raise SystemExit(str(exc)) from None
+    if len(arms) < 2:
+        raise SystemExit("give two or more --arm NAME=COMMAND: the reads compare them")
     print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), {args.tokens}-token reads, "
           f"{args.rounds} rounds", flush=True)
     times: dict[str, list[float]] = {name: [] for name, _ in arms}

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from strata_bench.engines.launcher import EngineProcess  # noqa: E402
 from strata_bench.engines.probe import probe  # noqa: E402
-from strata_bench.presets import fill_engines  # noqa: E402
+from strata_bench.arms import ArmError  # noqa: E402
+from strata_bench.presets import engine_commands  # noqa: E402
 
 
 def one_round(url: str, streams: int, tokens: int) -> tuple[float, int]:
@@ -61,13 +62,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=400)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-    arms = []
-    for spec in args.arm:
-        name, _, command = spec.partition("=")
-        filled, missing = fill_engines(command)
-        if not command or missing:
-            raise SystemExit(f"arm {name!r}: {missing or 'expected NAME=COMMAND'}")
-        arms.append((name, filled))
+    try:
+        arms = engine_commands(args.arm)
+    except ArmError as exc:
+        raise SystemExit(str(exc)) from None
     rates: dict[str, list[float]] = {name: [] for name, _ in arms}
     for round_ in range(args.rounds):
         for name, command in (arms if round_ % 2 == 0 else arms[::-1]):

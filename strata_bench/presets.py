@@ -126,3 +126,21 @@ def fill_engines(command: str) -> tuple[str, str | None]:
             partial.replace(gguf)
         command = command.replace("{llama_server}", str(binary)).replace("{gguf}", str(gguf))
     return command, None
+
+
+def engine_commands(arm_texts: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, command) of `--arm NAME=COMMAND` texts, parsed as `strata-bench run` parses them (`arms.parse_arms`:
+    unique names, clear errors) with the placeholders filled (`fill_engines`), for the scripts that start
+    engines themselves; an arm that cannot run here, or a NAME=@URL arm, is an ArmError naming it."""
+    from .arms import ArmError, parse_arms
+
+    out = []
+    for arm in parse_arms(arm_texts):
+        if arm.command is None:
+            raise ArmError(f"arm {arm.name!r}: this script starts its engines; give NAME=COMMAND, not NAME=@URL")
+        command, missing = fill_engines(arm.command)
+        if missing:
+            raise ArmError(f"arm {arm.name!r}: {missing}")
+        out.append((arm.name, command))
+    return out
+

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from strata_bench.presets import Preset, PresetError, fill_engines, load_preset
+from strata_bench.arms import ArmError
+from strata_bench.presets import Preset, PresetError, engine_commands, fill_engines, load_preset
 
 
 def test_vllm_placeholder_filled_from_the_installed_command(tmp_path, monkeypatch):
@@ -36,3 +37,16 @@ def test_the_engines_preset_runs_the_spec_scenarios_in_abba_rounds():
     preset = load_preset("engines")
     assert preset.scenarios == ("two_joiners", "followup", "read_alone") and preset.repeat >= 2
     assert {"strata-release", "strata-fastest", "strata-fastest-mkl", "vllm", "llama-server"} == {name for name, _ in preset.arms}
+
+
+def test_the_benchmark_scripts_arms_parse_as_runs_do_and_name_what_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_VLLM", str(tmp_path / "absent"))
+    assert engine_commands(["a=strata-engine serve", "b=env X=1 strata-engine serve"]) == [
+        ("a", "strata-engine serve"), ("b", "env X=1 strata-engine serve")]
+    with pytest.raises(ArmError, match="arm 'v': vLLM is not installed: run `bash scripts/install_vllm.sh`"):
+        engine_commands(["a=strata-engine serve", "v={vllm} serve x"])
+    with pytest.raises(ArmError, match="repeated: \\['a'\\]"):
+        engine_commands(["a=x", "a=y"])
+    with pytest.raises(ArmError, match="give NAME=COMMAND, not NAME=@URL"):
+        engine_commands(["a=@http://127.0.0.1:1"])
+
