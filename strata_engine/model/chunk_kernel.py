@@ -45,7 +45,7 @@ static inline float hmax(v16 v) {
 }
 
 constexpr int64_t QB = 8;     // query positions a block
-constexpr int64_t KW = 64;    // keys a score tile (4 vectors)
+constexpr int64_t KW = 32;    // keys a score tile (2 vectors); the block's keys are padded to it
 
 template <int NV>
 static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, const float* vh, float* out,
@@ -82,36 +82,47 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       hi_of[r] = static_cast<int32_t>(p - blo + 1);
       top[r] = neg;
     }
-    // scores: 8 rows x 32 keys in 16 accumulators over d; a 64-key tile of the transposed keys stays in L1
-    for (int64_t j = 0; j < nv; j += KW) {
-      for (int64_t r = 0; r < Rp; r += 8) {
-        for (int64_t jj = j; jj < j + KW; jj += 32) {
-          v16 acc[8][2] = {};
-          const float* base = kt.data() + offs + jj;
-          for (int64_t d = 0; d < D; ++d) {
-            const float* kd = base + d * NP;
-            const v16 k0 = load16(kd), k1 = load16(kd + 16);
-            for (int rr = 0; rr < 8; ++rr) {
-              const float qv = qs[(r + rr) * D + d];
-              acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
-            }
-          }
+    // scores: 8 rows x 32 keys in 16 accumulators over d, tile after tile along the keys, each row's
+    // running max kept in a register (masked only in the tiles at the ends of some row's window)
+    for (int64_t r = 0; r < Rp; r += 8) {
+      v16 tp[8];
+      int32_t amax = 0, bmin = std::numeric_limits<int32_t>::max();
+      for (int rr = 0; rr < 8; ++rr) {
+        tp[rr] = neg;
+        if (r + rr < R) { amax = std::max(amax, lo_of[r + rr]); bmin = std::min(bmin, hi_of[r + rr]); }
+      }
+      for (int64_t jj = 0; jj < nv; jj += KW) {
+        v16 acc[8][2] = {};
+        const float* base = kt.data() + offs + jj;
+        for (int64_t d = 0; d < D; ++d) {
+          const float* kd = base + d * NP;
+          const v16 k0 = load16(kd), k1 = load16(kd + 16);
           for (int rr = 0; rr < 8; ++rr) {
-            for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
+            const float qv = qs[(r + rr) * D + d];
+            acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
+          }
+        }
+        for (int rr = 0; rr < 8; ++rr)
+          for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
+        if (jj >= amax && jj + KW <= bmin) {  // every row sees the whole tile: no mask
+          for (int rr = 0; rr < 8; ++rr) {
+            tp[rr] = acc[rr][0] > tp[rr] ? acc[rr][0] : tp[rr];
+            tp[rr] = acc[rr][1] > tp[rr] ? acc[rr][1] : tp[rr];
+          }
+        } else {
+          for (int rr = 0; rr < 8; ++rr) {
             if (r + rr >= R) continue;
             const int32_t a = lo_of[r + rr], b = hi_of[r + rr];
-            if (jj >= a && jj + 32 <= b) {
-              top[r + rr] = acc[rr][0] > top[r + rr] ? acc[rr][0] : top[r + rr];
-              top[r + rr] = acc[rr][1] > top[r + rr] ? acc[rr][1] : top[r + rr];
-            } else if (jj + 32 > a && jj < b) {
+            if (jj + KW > a && jj < b) {
               for (int c = 0; c < 2; ++c) {
                 const i16 idx = lane + static_cast<int32_t>(jj + 16 * c);
-                top[r + rr] = (idx >= a && idx < b && acc[rr][c] > top[r + rr]) ? acc[rr][c] : top[r + rr];
+                tp[rr] = (idx >= a && idx < b && acc[rr][c] > tp[rr]) ? acc[rr][c] : tp[rr];
               }
             }
           }
         }
       }
+      for (int rr = 0; rr < 8; ++rr) top[r + rr] = tp[rr];
     }
     // softmax of each row over its own keys, its max taken with the scores (the rest of the block's range weighs 0)
     for (int64_t r = 0; r < R; ++r) {

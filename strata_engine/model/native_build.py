@@ -6,7 +6,9 @@ other value is a ValueError naming it) or the build fails here (no C++ compiler,
 said once on stderr, naming `fallback`, what serves instead). Each op is built the first time it is asked for
 (g++ with `-O3 -march=native`, ~20-40 s once), then loaded from torch's extension cache
 (~/.cache/torch_extensions) under a name holding a hash of this CPU's flags, so a home directory shared by
-machines of other kinds does not hand one of them another's build. `PREAMBLE` is C++ both ops share, put
+machines of other kinds does not hand one of them another's build, and a hash of the source, so two builds
+of the engine on one machine (an A/B of a change to an op) each load their own instead of rebuilding over
+each other's. `PREAMBLE` is C++ both ops share, put
 in front of each source: the 16-float vector type and the softmax's exponential, one definition for a
 scalar and for 16 lanes.
 """
@@ -87,7 +89,8 @@ def _build(name: str, source: str, function: str, fallback: str, env: str):
     try:
         from torch.utils.cpp_extension import load_inline
 
-        module = load_inline(f"{name}_{machine_tag()}", cpp_sources=[PREAMBLE + source],
+        code = PREAMBLE + source  # its hash in the name: two builds of the engine on one machine keep their own
+        module = load_inline(f"{name}_{machine_tag()}_{hashlib.sha256(code.encode()).hexdigest()[:8]}", cpp_sources=[code],
                              extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False)
         return getattr(module, function)
     except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
