@@ -96,7 +96,10 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
     hold.touch()  # arm b's engine is not healthy while this exists: the run waits there for the signal
     args = ["run", "--arm", f"a={SYN}", "--arm", f"b={SYN} --hold-while {hold}", "--scenarios", str(tiny_scenario),
             "--repeat", "2", "--out", str(out), "--no-report", "--health-timeout", "120"]
-    proc = subprocess.Popen([BENCH, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell's background job (`pytest ... &`) starts with SIGINT ignored, and a child inherits that: Python then
+    # installs no KeyboardInterrupt handler and the signal below would be lost. The bench gets Ctrl-C's default.
+    proc = subprocess.Popen([BENCH, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
