@@ -8,7 +8,9 @@ settle_s): the streams' own setup reads before it are not the join being measure
   over the threshold (a gap exactly at it does not count), mean over the streams;
 - tokens meanwhile: stream tokens arriving after the first joiner's send, up to and including the last
   joiner's first token (or its end, if it failed);
-- TTFT of each joiner; token rate: every token after the anchor over (last token - anchor);
+- TTFT of each joiner; the joiners' span (two or more joiners): from the first joiner's send to the last
+  joiner's first token, the time the engine took to read them all, whatever order it read them in;
+- token rate: every token after the anchor over (last token - anchor);
 - inter-token latency p50/p99/max over the streams' gaps between tokens;
   (token rate and latency only for scenarios with streams: otherwise a run is a few joiner tokens)
 - engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops (not the streams').
@@ -43,6 +45,8 @@ DEFINITIONS = {
     "tokens_meanwhile": "tokens the streams got meanwhile: stream tokens from the first joiner's send to the last "
                         "joiner's first token",
     "ttft_s": "TTFT: a joiner's first token arrival minus its send time",
+    "joiners_span_s": "the joiners' span: from the first joiner's send to the last joiner's first token (every "
+                      "joiner read, in whatever order)",
     "token_rate": "stream token rate after the anchor: tokens arriving after every stream decodes (+ settle_s) over "
                   "(last token - anchor); not throughput, which counts every token over the whole run",
     "output_throughput": "output token throughput: every token of every request over the run (first send to "
@@ -77,6 +81,8 @@ def metric_specs(scenario: dict[str, Any], has_events: bool,
             if measured and measured.get(r["name"]):
                 size = f" ({measured[r['name']]})"
             specs.append(MetricSpec(f"ttft_s.{r['name']}", f"{r.get('label') or r['name']}{size}: TTFT", "s", "lower"))
+    if sum(1 for r in requests if r["role"] == "joiner") > 1:
+        specs.append(MetricSpec("joiners_span_s", "the joiners' span: first send to last first token", "s", "lower"))
     if has_streams:  # without streams a run is a few joiner tokens: no rate or latency worth a row
         specs += [
             MetricSpec("token_rate", "stream token rate after the anchor", "tok/s", "higher"),
@@ -146,6 +152,8 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
         out["tokens_meanwhile"] = _tokens_meanwhile(streams, joiners)
     for j in joiners:
         out[f"ttft_s.{j['name']}"] = ttft(j, scale)
+    if len(joiners) > 1:
+        out["joiners_span_s"] = _joiners_span(joiners, scale)
 
     if streams:
         out["token_rate"] = _token_rate(requests, scale, since)
@@ -172,6 +180,14 @@ def _tokens_meanwhile(streams: list[dict[str, Any]], joiners: list[dict[str, Any
         return None
     start, end = min(sends), max(ends)
     return float(sum(1 for s in streams for t in (s.get("token_times") or []) if start < t <= end))
+
+
+def _joiners_span(joiners: list[dict[str, Any]], scale: float) -> float | None:
+    """First send to last first token; None where a joiner got no token (the span would not hold its read)."""
+    sends, firsts = [j.get("sent_at") for j in joiners], [j.get("first_token_at") for j in joiners]
+    if None in sends or None in firsts:
+        return None
+    return (max(firsts) - min(sends)) * scale
 
 
 def _token_rate(requests: list[dict[str, Any]], scale: float, since: float | None) -> float | None:

@@ -63,6 +63,15 @@ def test_tokens_meanwhile_and_ttft():
     m = compute_metrics(run(stream, j1, j2))
     assert m["tokens_meanwhile"] == 4  # 1.5, 2.0, 2.5, 3.0
     assert m["ttft_s.j1"] == pytest.approx(1.0) and m["ttft_s.j2"] == pytest.approx(1.5)
+    assert m["joiners_span_s"] == pytest.approx(2.0)  # j1 sent at 1.0, j2's first token at 3.0
+
+
+def test_the_joiners_span_whatever_order_they_were_read_in():
+    first_in_last_out = req("j1", "joiner", [3.5], sent=1.0)
+    second_in_first_out = req("j2", "joiner", [2.0], sent=1.5)
+    m = compute_metrics(run(req("s0", "stream", [0.5, 4.0]), first_in_last_out, second_in_first_out, time_scale=2.0))
+    assert m["joiners_span_s"] == pytest.approx(5.0)  # (3.5 - 1.0) wall seconds, x2 modelled
+    assert "joiners_span_s" not in compute_metrics(run(req("s0", "stream", [0, 1]), first_in_last_out))
 
 
 def test_a_joiner_that_fails():
@@ -73,6 +82,7 @@ def test_a_joiner_that_fails():
     assert m["ttft_s.j2"] is None
     assert m["ttft_s.j1"] == pytest.approx(2.0)
     assert m["tokens_meanwhile"] == 3  # the window ends where the failed joiner ended: 1.0, 2.0, 3.0
+    assert m["joiners_span_s"] is None  # the failed joiner was never read to its first token
 
 
 def test_token_rate_counts_every_token_over_first_send_to_last_token():
@@ -115,6 +125,10 @@ def test_metric_rows_follow_the_scenario():
     assert "pieces" in keys
     labels = [s.label for s in metric_specs(scenario, has_events=False)]
     assert "the 64K prompt: TTFT" in labels and "read pieces" not in labels
+    assert "joiners_span_s" not in keys  # one joiner: its span is its TTFT
+    two = {"requests": scenario["requests"] + [{"name": "small", "role": "joiner"}]}
+    keys = [s.key for s in metric_specs(two, has_events=False)]
+    assert keys[3:6] == ["ttft_s.big", "ttft_s.small", "joiners_span_s"]
 
 
 def test_stream_figures_count_from_the_anchor():
