@@ -302,6 +302,11 @@ CHECKS: dict[str, object] = {
     # docs/MODEL.md, reads alone on servers side by side, the kernels on and off
     '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 4096 --rounds 8 --arm "default=strata-engine serve --ctx 8192" --arm "experts-loop=env STRATA_EXPERT_KERNEL=0 strata-engine serve --ctx 8192" --arm "flash=env STRATA_CHUNK_KERNEL=0 strata-engine serve --ctx 8192"':
         Run(((r"--tokens 4096 --rounds 8", "--tokens 256 --rounds 1"), (r' --arm "flash=[^"]*"', ""))),
+    # docs/MODEL.md, the chunk op's running maxima: two builds side by side (the commit before as a worktree)
+    "git worktree add /tmp/strata-before 3cfbddd":
+        Skip("makes a worktree of an earlier commit; the A/B below reads it"),
+    '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 2048 --rounds 16 --arm "after=strata-engine serve --layout fastest --batch 6 --ctx 8192" --arm "before=env PYTHONPATH=/tmp/strata-before strata-engine serve --layout fastest --batch 6 --ctx 8192"':
+        Skip("needs the worktree above; " + MINUTES + "; the same script runs small in the check above"),
     # docs/MODEL.md, steady decode with the whole decode
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
