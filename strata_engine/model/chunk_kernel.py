@@ -80,7 +80,6 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       const int64_t p = start + i0 + r / G;
       lo_of[r] = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
       hi_of[r] = static_cast<int32_t>(p - blo + 1);
-      top[r] = neg;
     }
     // scores: 8 rows x 32 keys in 16 accumulators over d, tile after tile along the keys, each row's
     // running max kept in a register (masked only in the tiles at the ends of some row's window)

@@ -8,9 +8,8 @@ said once on stderr, naming `fallback`, what serves instead). Each op is built t
 (~/.cache/torch_extensions) under a name holding a hash of this CPU's flags, so a home directory shared by
 machines of other kinds does not hand one of them another's build, and a hash of the source, so two builds
 of the engine on one machine (an A/B of a change to an op) each load their own instead of rebuilding over
-each other's. `PREAMBLE` is C++ both ops share, put
-in front of each source: the 16-float vector type and the softmax's exponential, one definition for a
-scalar and for 16 lanes.
+each other's. `PREAMBLE` is C++ every op shares, put in front of each source: the includes, the 16-float
+vector type and the softmax's exponential, one definition for a scalar and for 16 lanes.
 """
 from __future__ import annotations
 
@@ -89,7 +88,7 @@ def _build(name: str, source: str, function: str, fallback: str, env: str):
     try:
         from torch.utils.cpp_extension import load_inline
 
-        code = PREAMBLE + source  # its hash in the name: two builds of the engine on one machine keep their own
+        code = PREAMBLE + source
         module = load_inline(f"{name}_{machine_tag()}_{hashlib.sha256(code.encode()).hexdigest()[:8]}", cpp_sources=[code],
                              extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False)
         return getattr(module, function)
