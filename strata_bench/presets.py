@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .arms import ArmError, parse_arms
+
 PRESET_DIR = Path(__file__).with_name("presets")
 
 
@@ -132,8 +134,6 @@ def engine_commands(arm_texts: list[str] | tuple[str, ...]) -> list[tuple[str, s
     """(name, command) of `--arm NAME=COMMAND` texts, parsed as `strata-bench run` parses them (`arms.parse_arms`:
     unique names, clear errors) with the placeholders filled (`fill_engines`), for the scripts that start
     engines themselves; an arm that cannot run here, or a NAME=@URL arm, is an ArmError naming it."""
-    from .arms import ArmError, parse_arms
-
     out = []
     for arm in parse_arms(arm_texts):
         if arm.command is None:
@@ -143,4 +143,3 @@ def engine_commands(arm_texts: list[str] | tuple[str, ...]) -> list[tuple[str, s
             raise ArmError(f"arm {arm.name!r}: {missing}")
         out.append((arm.name, command))
     return out
-

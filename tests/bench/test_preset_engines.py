@@ -49,4 +49,3 @@ def test_the_benchmark_scripts_arms_parse_as_runs_do_and_name_what_cannot_run(tm
         engine_commands(["a=x", "a=y"])
     with pytest.raises(ArmError, match="give NAME=COMMAND, not NAME=@URL"):
         engine_commands(["a=@http://127.0.0.1:1"])
-
