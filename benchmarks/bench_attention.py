@@ -18,16 +18,22 @@ model's head counts, head_dim and sliding window read from its config:
      what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (model/chunk_kernel.py,
      `attend_row` as the engine calls it; skipped where it cannot be built).
 
+`--isa LEVEL` runs it all as a machine of that level would: the native ops built with -march=LEVEL
+(`STRATA_NATIVE_MARCH`), ATen's kernels at that capability (`ATEN_CPU_CAPABILITY`) and MKL's at that level
+(`MKL_ENABLE_INSTRUCTIONS`), the script re-run with them set; a level this CPU cannot execute is refused.
+
 Inputs are views of a KV cache, as the engine passes them. Each arm's output is compared with a float64
 reference computed with plain math (max abs difference). Every cell is the median and min over --repeats
 samples after warm-up; a sample is the mean of enough calls to take ~--sample-ms. B/A is of the medians.
 
   .venv/bin/python benchmarks/bench_attention.py
+  .venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3    # as an AVX2 machine runs it
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -124,6 +130,33 @@ def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).abs().max())
 
 
+# -march level -> (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, the CPU flags it needs)
+ISA_LEVELS = {"x86-64-v2": ("default", "SSE4_2", {"sse4_2", "popcnt"}),
+              "x86-64-v3": ("avx2", "AVX2", {"avx2", "fma", "bmi2"}),
+              "x86-64-v4": ("avx512", "AVX512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"})}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line for line in f if line.startswith("flags")), "").split(":")[-1].split())
+    except OSError:
+        return set()
+
+
+def at_isa(level: str | None, argv: list[str]) -> None:
+    """Re-run this script with the native ops, ATen and MKL all at `level` (returns where already so)."""
+    if level is None or os.environ.get("STRATA_NATIVE_MARCH") == level:
+        return
+    if level not in ISA_LEVELS:
+        sys.exit(f"--isa: {level!r} is not one of {', '.join(ISA_LEVELS)}")
+    aten, mkl, needs = ISA_LEVELS[level]
+    if missing := needs - cpu_flags():
+        sys.exit(f"--isa {level}: this CPU lacks {', '.join(sorted(missing))}, so it cannot run code of that level")
+    env = {**os.environ, "STRATA_NATIVE_MARCH": level, "ATEN_CPU_CAPABILITY": aten, "MKL_ENABLE_INSTRUCTIONS": mkl}
+    os.execve(sys.executable, [sys.executable, *argv], env)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Arms alternate A, B, B, A, ... in one process; --repeats samples each after --warmup.")
@@ -142,7 +175,11 @@ def main() -> None:
                    help="section 3: comma-separated positions of the rows (row i at position + 3i)")
     p.add_argument("--chunk-starts", default="0,512,2048",
                    help="section 4: comma-separated first positions of the chunks (any, inside the window or past it)")
+    p.add_argument("--isa", choices=sorted(ISA_LEVELS), default=None,
+                   help="run as a machine of this x86-64 level: native ops, ATen and MKL all at it (default: this CPU's own)")
+    p.add_argument("--sections", default="1,2,3,4", help="comma-separated sections to run (default all)")
     args = p.parse_args()
+    at_isa(args.isa, sys.argv)
     _, config = load_model(args.model)
     window = config.sliding_window
     if window is not None and args.start < window:
@@ -153,7 +190,23 @@ def main() -> None:
           f"window {window}; float32")
     print(f"CPU {device_info()['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
           f"{args.repeats} alternating samples per arm after {args.warmup} warm-up")
+    print(f"ISA: native ops -march={os.environ.get('STRATA_NATIVE_MARCH', 'native')}, ATen "
+          f"{torch.backends.cpu.get_cpu_capability()}, MKL {os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'its own choice')}")
+    sections = set(ints(args.sections))
 
+    if 1 in sections:
+        decode_row(config, window, args, generator)
+    with torch.inference_mode():
+        if 2 in sections:
+            band_section(config, window, args, generator)
+        if 3 in sections:
+            decode_op(config, window, args, generator)
+        if 4 in sections:
+            chunk_op(config, window, args, generator)
+
+
+def decode_row(config, window: int | None, args, generator: torch.Generator) -> None:
+    """Section 1: one decode row, the flash kernel against two bmm's and a softmax."""
     print("\n1. Decode attention of one row (one query): A = attend_row (flash), B = two bmm's and a softmax\n")
     print(header("keys", "A flash", "B bmm+softmax"))
     with torch.inference_mode():
@@ -167,18 +220,18 @@ def main() -> None:
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             print(row(f"{length:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
 
-        print("\n2. A prompt chunk past the window: A = the flash band path (three unmasked flash calls merged), "
-              "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
-              f"rows take), chunk starting at {args.start:,}\n")
-        chunks = ints(args.chunks)
-        if window is None or flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
-            print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
-                  f"chunks {chunks}, flash op {'present' if flash_cpu is not None else 'absent'})")
-        else:
-            band_chunks(config, window, args, generator, chunks)
 
-        decode_op(config, window, args, generator)
-        chunk_op(config, window, args, generator)
+def band_section(config, window: int | None, args, generator: torch.Generator) -> None:
+    """Section 2: the flash band path against the masked call, or why it is skipped."""
+    print("\n2. A prompt chunk past the window: A = the flash band path (three unmasked flash calls merged), "
+          "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
+          f"rows take), chunk starting at {args.start:,}\n")
+    chunks = ints(args.chunks)
+    if window is None or flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
+        print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
+              f"chunks {chunks}, flash op {'present' if flash_cpu is not None else 'absent'})")
+    else:
+        band_chunks(config, window, args, generator, chunks)
 
 
 def band_chunks(config, window: int, args, generator: torch.Generator, chunks: list[int]) -> None:

@@ -6,7 +6,7 @@ them apart except through `info()`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .config import EngineConfig, SchedulerConfig
@@ -23,6 +23,7 @@ class Backend:
     vocab_size: int
     eos_token_id: int | None
     stage_workers: str = "none"  # torch: "thread" or "dist" (resolved); sim: "none"
+    kernels: dict = field(default_factory=dict)  # per native op: the path that serves and why (runtime/native_ops.py)
 
 
 def _default_device() -> str:
@@ -64,6 +65,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
     from .model.tokenizer import load_tokenizer
     from .model.weights import load_model, read_config, resolve_model_path
+    from .runtime.native_ops import choose as choose_kernels
     from .runtime.pipeline import Pipeline, plan_stages, split_layers
     from .executors.torch_executor import TorchExecutor
 
@@ -79,11 +81,13 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         threads = max(1, ((os.cpu_count() or 1) - 1) // len(stages))
     workers = config.stage_workers_for([s.device for s in stages])
     gemms = config.compiled_gemms() if config.compile else "aten"
+    kernels = {"all": {"path": "per stage rank", "why": "each rank chooses at its start (its stderr says which)"}}
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
         pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config, gemms)
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
+        kernels = choose_kernels(model, sched.prefill_chunk, sched.batch, threads, decode=config.compile)
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
                             compile=config.compile, decode_all_threads=sched.decode_all_threads, gemms=gemms)
@@ -103,6 +107,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         vocab_size=model_config.vocab_size,
         eos_token_id=model_config.eos_token_id,
         stage_workers=workers,
+        kernels=kernels,
     )
 
 

@@ -40,16 +40,7 @@ def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") ->
     return value
 
 
-# model/chunk_kernel.py, runtime/decode_kernel.py, model/expert_kernel.py
-KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL", "STRATA_EXPERT_KERNEL")
-
-
-def kernel_on(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """A native op's switch: 1 (or unset) = the op, 0 = ATen's calls; anything else is an error naming it."""
-    value = (os.environ if env is None else env).get(name, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 (ATen's calls) or 1 (the native op), got {value!r}")
-    return value == "1"
+from .kernel_switches import KERNEL_ENVS, kernel_mode, kernel_on, native_march  # noqa: F401 (their home)
 STAGE_RANKS = ("launch", "join")
 # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
 # (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch

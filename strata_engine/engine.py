@@ -71,6 +71,7 @@ class Engine:
         self.vocab_size = backend.vocab_size
         self.eos_token_id = backend.eos_token_id
         self.stage_workers = backend.stage_workers
+        self.kernels = backend.kernels
         self.ctx = self.scheduler_config.ctx
         self.scheduler = Scheduler(self.scheduler_config, self.executor, clock=self.clock, sink=self, events=self.events)
         self._states: dict[str, RequestState] = {}
@@ -264,6 +265,7 @@ class Engine:
             "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
             "row_tile": getattr(getattr(self.executor, "pipeline", None), "row_tile", None),
             "prompt_cache": self.scheduler.prompt_cache.info(),
+            "kernels": self.kernels,
         }
 
     def stats(self) -> dict[str, Any]:

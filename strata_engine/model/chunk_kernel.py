@@ -24,21 +24,17 @@ from .native_build import native_op
 ENV = "STRATA_CHUNK_KERNEL"  # 0 = the flash calls of model/attention.py
 
 _SOURCE = r"""
-// Follows native_build.PREAMBLE: the includes, v16 and exp_nonpositive.
-static inline v16 load16(const float* p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
-static inline void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
-static inline v16 splat(float x) { v16 v = {}; return v + x; }
-
+// Follows native_build.PREAMBLE: the includes, v16 (load16, store16, splat, select) and exp_nonpositive.
 static inline float hsum(v16 v) {  // a fixed tree
   float s[16];
-  std::memcpy(s, &v, sizeof s);
+  store16(s, v);
   for (int w = 8; w > 0; w /= 2)
     for (int i = 0; i < w; ++i) s[i] += s[i + w];
   return s[0];
 }
 static inline float hmax(v16 v) {
   float s[16];
-  std::memcpy(s, &v, sizeof s);
+  store16(s, v);
   float m = s[0];
   for (int i = 1; i < 16; ++i) m = std::max(m, s[i]);
   return m;
@@ -46,13 +42,14 @@ static inline float hmax(v16 v) {
 
 constexpr int64_t QB = 8;     // query positions a block
 constexpr int64_t KW = 32;    // keys a score tile (2 vectors); the block's keys are padded to it
+constexpr int SR = ACC16 / 2;  // rows a score tile (8 with AVX-512, 2 with AVX2): its accumulators in registers
 
 template <int NV>
 static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, const float* vh, float* out,
                        int64_t out_pos_stride, int64_t T, int64_t start, int64_t window, int64_t G, float scale,
                        int64_t h0) {
   constexpr int64_t D = 16 * NV;
-  constexpr int64_t RP = 16 / NV > 0 ? 16 / NV : 1;  // rows a PV tile
+  constexpr int64_t RP = ACC16 / NV > 0 ? ACC16 / NV : 1;  // rows a PV tile
   const int64_t lo_all = window > 0 ? std::max<int64_t>(0, start - window + 1) : 0;
   const int64_t n_all = start + T - lo_all;
   const int64_t NP = (n_all + 15) / 16 * 16 + KW;
@@ -64,8 +61,7 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
   std::vector<float> inverse(rows_cap);
   std::vector<int32_t> lo_of(rows_cap), hi_of(rows_cap);
   std::vector<v16> top(rows_cap);
-  i16 lane;
-  for (int l = 0; l < 16; ++l) lane[l] = l;
+  const i16 lane = lane_index();
   const v16 neg = splat(-std::numeric_limits<float>::infinity()), zero = {};
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
     const int64_t nq = std::min(QB, T - i0), R = G * nq, Rp = (R + 7) / 8 * 8;
@@ -81,47 +77,47 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       lo_of[r] = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
       hi_of[r] = static_cast<int32_t>(p - blo + 1);
     }
-    // scores: 8 rows x 32 keys in 16 accumulators over d, tile after tile along the keys, each row's
+    // scores: SR rows x 32 keys in 2 SR accumulators over d, tile after tile along the keys, each row's
     // running max kept in a register (masked only in the tiles at the ends of some row's window)
-    for (int64_t r = 0; r < Rp; r += 8) {
-      v16 tp[8];
+    for (int64_t r = 0; r < Rp; r += SR) {
+      v16 tp[SR];
       int32_t amax = 0, bmin = std::numeric_limits<int32_t>::max();
-      for (int rr = 0; rr < 8; ++rr) {
+      for (int rr = 0; rr < SR; ++rr) {
         tp[rr] = neg;
         if (r + rr < R) { amax = std::max(amax, lo_of[r + rr]); bmin = std::min(bmin, hi_of[r + rr]); }
       }
       for (int64_t jj = 0; jj < nv; jj += KW) {
-        v16 acc[8][2] = {};
+        v16 acc[SR][2] = {};
         const float* base = kt.data() + offs + jj;
         for (int64_t d = 0; d < D; ++d) {
           const float* kd = base + d * NP;
           const v16 k0 = load16(kd), k1 = load16(kd + 16);
-          for (int rr = 0; rr < 8; ++rr) {
+          for (int rr = 0; rr < SR; ++rr) {
             const float qv = qs[(r + rr) * D + d];
             acc[rr][0] += qv * k0; acc[rr][1] += qv * k1;
           }
         }
-        for (int rr = 0; rr < 8; ++rr)
+        for (int rr = 0; rr < SR; ++rr)
           for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
         if (jj >= amax && jj + KW <= bmin) {  // every row sees the whole tile: no mask
-          for (int rr = 0; rr < 8; ++rr) {
-            tp[rr] = acc[rr][0] > tp[rr] ? acc[rr][0] : tp[rr];
-            tp[rr] = acc[rr][1] > tp[rr] ? acc[rr][1] : tp[rr];
+          for (int rr = 0; rr < SR; ++rr) {
+            tp[rr] = select(acc[rr][0] > tp[rr], acc[rr][0], tp[rr]);
+            tp[rr] = select(acc[rr][1] > tp[rr], acc[rr][1], tp[rr]);
           }
         } else {
-          for (int rr = 0; rr < 8; ++rr) {
+          for (int rr = 0; rr < SR; ++rr) {
             if (r + rr >= R) continue;
             const int32_t a = lo_of[r + rr], b = hi_of[r + rr];
             if (jj + KW > a && jj < b) {
               for (int c = 0; c < 2; ++c) {
                 const i16 idx = lane + static_cast<int32_t>(jj + 16 * c);
-                tp[rr] = (idx >= a && idx < b && acc[rr][c] > tp[rr]) ? acc[rr][c] : tp[rr];
+                tp[rr] = select((idx >= a) & (idx < b) & (acc[rr][c] > tp[rr]), acc[rr][c], tp[rr]);
               }
             }
           }
         }
       }
-      for (int rr = 0; rr < 8; ++rr) top[r + rr] = tp[rr];
+      for (int rr = 0; rr < SR; ++rr) top[r + rr] = tp[rr];
     }
     // softmax of each row over its own keys, its max taken with the scores (the rest of the block's range weighs 0)
     for (int64_t r = 0; r < R; ++r) {
@@ -134,7 +130,7 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       for (int64_t j = jb; j < nv; j += 16) store16(row + j, zero);
       for (int64_t j = ja; j < jb; j += 16) {
         const i16 idx = lane + static_cast<int32_t>(j);
-        const v16 e = (idx >= a && idx < b) ? exp_nonpositive(load16(row + j) - m) : zero;
+        const v16 e = select((idx >= a) & (idx < b), exp_nonpositive(load16(row + j) - m), zero);
         store16(row + j, e);
         total += e;
       }
@@ -191,7 +187,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 """
 
 
-def native_chunk_attention():
+def native_chunk_attention(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
     return native_op(ENV, "strata_chunk_attention", _SOURCE, "chunk_attention",
-                     "prompt chunks use the flash calls of model/attention.py")
+                     "prompt chunks use the flash calls of model/attention.py", march)

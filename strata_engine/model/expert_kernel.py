@@ -67,7 +67,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 """
 
 
-def native_routed_experts():
+def native_routed_experts(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
     return native_op(ENV, "strata_routed_experts", _SOURCE, "routed_experts",
-                     "MoE layers run their experts in the Python loop of model/transformer.py")
+                     "MoE layers run their experts in the Python loop of model/transformer.py", march)

@@ -14,11 +14,13 @@ vector type and the softmax's exponential, one definition for a scalar and for 1
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import sys
+import tempfile
 import threading
 
-from ..config import kernel_on
+from ..kernel_switches import kernel_on, native_march
 
 PREAMBLE = r"""
 #include <torch/extension.h>
@@ -29,11 +31,78 @@ PREAMBLE = r"""
 #include <limits>
 #include <vector>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
+// v16: 16 float lanes held as 16/LANES vectors of the widest width the target has in registers (16 with
+// AVX-512, 8 with AVX, 4 otherwise), so the compiler keeps them in registers at every ISA level (a 64-byte
+// GCC vector without AVX-512 has no register form and lives on the stack). Every operation is per lane, so
+// a lane's result does not depend on the width: the same bits at every level with the same FMA contraction.
+#if defined(__AVX512F__)
+constexpr int LANES = 16;
+#elif defined(__AVX__)
+constexpr int LANES = 8;
+#else
+constexpr int LANES = 4;
+#endif
+constexpr int PARTS = 16 / LANES;
+// v16 accumulators a register tile may hold and leave room for its operands: half the vector registers
+// (32 with AVX-512, 16 below it) at this width.
+constexpr int ACC16 = LANES == 16 ? 16 : LANES == 8 ? 4 : 2;
+typedef float vpart __attribute__((vector_size(4 * LANES)));
+typedef int32_t ipart __attribute__((vector_size(4 * LANES)));
+struct v16 { vpart p[PARTS]; };
+struct i16 { ipart p[PARTS]; };
+
+#define STRATA_LANEWISE(R, NAME, A, B, EXPR) \
+  static inline R NAME(A a, B b) { R r; for (int i = 0; i < PARTS; ++i) r.p[i] = EXPR; return r; }
+STRATA_LANEWISE(v16, operator+, v16, v16, a.p[i] + b.p[i])
+STRATA_LANEWISE(v16, operator-, v16, v16, a.p[i] - b.p[i])
+STRATA_LANEWISE(v16, operator*, v16, v16, a.p[i] * b.p[i])
+STRATA_LANEWISE(v16, operator+, v16, float, a.p[i] + b)
+STRATA_LANEWISE(v16, operator-, v16, float, a.p[i] - b)
+STRATA_LANEWISE(v16, operator*, v16, float, a.p[i] * b)
+STRATA_LANEWISE(v16, operator*, float, v16, a * b.p[i])
+STRATA_LANEWISE(i16, operator<, v16, v16, a.p[i] < b.p[i])
+STRATA_LANEWISE(i16, operator>, v16, v16, a.p[i] > b.p[i])
+STRATA_LANEWISE(i16, operator+, i16, int32_t, a.p[i] + b)
+STRATA_LANEWISE(i16, operator<<, i16, int, a.p[i] << b)
+STRATA_LANEWISE(i16, operator>=, i16, int32_t, a.p[i] >= b)
+STRATA_LANEWISE(i16, operator<, i16, int32_t, a.p[i] < b)
+STRATA_LANEWISE(i16, operator&, i16, i16, a.p[i] & b.p[i])
+#undef STRATA_LANEWISE
+static inline v16& operator+=(v16& a, v16 b) { a = a + b; return a; }
+static inline v16 select(i16 m, v16 a, v16 b) {  // per lane: m ? a : b
+  v16 r;
+  for (int i = 0; i < PARTS; ++i) r.p[i] = m.p[i] ? a.p[i] : b.p[i];
+  return r;
+}
+static inline float select(bool m, float a, float b) { return m ? a : b; }
+static inline v16 load16(const float* p) {
+  v16 v;
+  for (int i = 0; i < PARTS; ++i) std::memcpy(&v.p[i], p + LANES * i, sizeof(vpart));
+  return v;
+}
+static inline void store16(float* p, v16 v) {
+  for (int i = 0; i < PARTS; ++i) std::memcpy(p + LANES * i, &v.p[i], sizeof(vpart));
+}
+static inline v16 splat(float x) { return v16{} + x; }
+static inline i16 lane_index() {  // 0, 1, ..., 15
+  i16 v;
+  for (int i = 0; i < PARTS; ++i)
+    for (int l = 0; l < LANES; ++l) v.p[i][l] = LANES * i + l;
+  return v;
+}
 
 static inline int32_t round_to_int(float r) { return static_cast<int32_t>(r); }
-static inline i16 round_to_int(v16 r) { return __builtin_convertvector(r, i16); }
+static inline i16 round_to_int(v16 r) {
+  i16 v;
+  for (int i = 0; i < PARTS; ++i) v.p[i] = __builtin_convertvector(r.p[i], ipart);
+  return v;
+}
+static inline float bits_to_float(int32_t b) { float f; std::memcpy(&f, &b, sizeof f); return f; }
+static inline v16 bits_to_float(i16 b) {
+  v16 v;
+  for (int i = 0; i < PARTS; ++i) v.p[i] = reinterpret_cast<vpart>(b.p[i]);
+  return v;
+}
 
 // e^x for x <= 0 (a softmax's max-subtracted scores), for a float or 16 lanes, in a form the compiler
 // vectorizes: x = r ln2 + f with r rounded to nearest (ln2 in two parts, as Cephes does) and |f| <= ln2/2,
@@ -42,7 +111,7 @@ static inline i16 round_to_int(v16 r) { return __builtin_convertvector(r, i16); 
 template <typename F>
 static inline F exp_nonpositive(F x) {
   const F floor_ = F{} - 87.3f;
-  x = x < floor_ ? floor_ : x;
+  x = select(x < floor_, floor_, x);
   const F r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const F f = (x - r * 0.693359375f) + r * 2.12194440e-4f;
   F e = F{} + 1.0f / 5040.0f;
@@ -53,25 +122,37 @@ static inline F exp_nonpositive(F x) {
   e = e * f + 0.5f;
   e = e * f + 1.0f;
   e = e * f + 1.0f;
-  const auto bits = (round_to_int(r) + 127) << 23;
-  F scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return e * scale;
+  return e * bits_to_float((round_to_int(r) + 127) << 23);
 }
 """
 
 _lock = threading.Lock()
-_built: dict[str, object] = {}
+_built: dict[tuple[str, str], object] = {}
 
 
-def native_op(env: str, name: str, source: str, function: str, fallback: str):
-    """The built op, or None (turned off by `env`, or no build here: the reason once on stderr)."""
-    if not kernel_on(env):
+_serving: dict[str, str] = {}  # op name -> "aten" where the runtime chose ATen's path (runtime/native_ops.py)
+
+
+def serve(name: str, path: str | None) -> None:
+    """Which path serves op `name` in this process from now on: "aten" (its accessor returns None), "native"
+    or None (as built: the op where it builds and its switch allows it)."""
+    if path is None:
+        _serving.pop(name, None)
+    else:
+        _serving[name] = path
+
+
+def native_op(env: str, name: str, source: str, function: str, fallback: str, march: str | None = None):
+    """The built op, or None (turned off by `env` or by `serve(name, "aten")`, or no build here: the reason
+    once on stderr). `march` is g++'s -march (default `STRATA_NATIVE_MARCH`, else native): tests and
+    benchmarks build each ISA level."""
+    if not kernel_on(env) or (march is None and _serving.get(name) == "aten"):
         return None
+    march = march or native_march()
     with _lock:
-        if name not in _built:
-            _built[name] = _build(name, source, function, fallback, env)
-        return _built[name]
+        if (name, march) not in _built:
+            _built[name, march] = _build(name, source, function, fallback, env, march)
+        return _built[name, march]
 
 
 def machine_tag() -> str:
@@ -84,16 +165,41 @@ def machine_tag() -> str:
     return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:10]
 
 
-def _build(name: str, source: str, function: str, fallback: str, env: str):
-    try:
-        from torch.utils.cpp_extension import load_inline
+def source_tag(source: str) -> str:
+    """A short hash of an op's whole C++ (the preamble with it)."""
+    return hashlib.sha256((PREAMBLE + source).encode()).hexdigest()[:8]
 
-        code = PREAMBLE + source
-        module = load_inline(f"{name}_{machine_tag()}_{hashlib.sha256(code.encode()).hexdigest()[:8]}", cpp_sources=[code],
-                             extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], verbose=False)
+
+def _build(name: str, source: str, function: str, fallback: str, env: str, march: str):
+    level = "" if march == "native" else f"_{march.replace('-', '_').replace('.', '_')}"
+    try:
+        module = _load_showing_warnings(f"{name}{level}_{machine_tag()}_{source_tag(source)}", PREAMBLE + source, march)
         return getattr(module, function)
     except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
-        print(f"strata-engine: the native {function.replace('_', ' ')} did not build ({type(exc).__name__}: "
-              f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); {fallback} ({env}=0 skips the build)",
-              file=sys.stderr)
+        print(f"strata-engine: the native {function.replace('_', ' ')} did not build for -march={march} "
+              f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); "
+              f"{fallback} ({env}=0 skips the build)", file=sys.stderr)
         return None
+
+
+def _load_showing_warnings(module_name: str, code: str, march: str):
+    """load_inline, with the compiler's warnings said on stderr: torch's build prints them to fd 1 only when
+    verbose, so fd 1 goes to a file for the build (nothing else writes there before the server is ready)."""
+    from torch.utils.cpp_extension import load_inline
+
+    flags = ["-O3", f"-march={march}", "-fopenmp-simd", "-Wall", "-Werror=psabi"]
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        os.dup2(log.fileno(), 1)
+        try:
+            return load_inline(module_name, cpp_sources=[code], extra_cflags=flags, verbose=True)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            log.seek(0)
+            lines = log.read().decode(errors="replace").splitlines()
+            warned = [line for line in lines if "warning:" in line or "error:" in line]
+            for line in warned[:20]:
+                print(f"strata-engine: building {module_name}: {line.strip()}", file=sys.stderr)

@@ -128,6 +128,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 """
 
 
-def native_decode_attention():
+def native_decode_attention(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    return native_op(ENV, "strata_decode_attention", _SOURCE, "decode_attention", "decode rows use ATen's per-row attention")
+    return native_op(ENV, "strata_decode_attention", _SOURCE, "decode_attention", "decode rows use ATen's per-row attention", march)

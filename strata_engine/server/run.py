@@ -1,6 +1,6 @@
 """Run the app on uvicorn: bind first (port 0 = a free one), load the engine, print the ready line.
 
-`STRATA_READY url=http://HOST:PORT` goes to stdout, once, flushed, when the port is bound and the
+`STRATA_READY url=http://HOST:PORT kernels=OP:PATH,...` goes to stdout, once, flushed, when the port is bound and the
 engine is loaded; everything else (uvicorn, engine events) goes to stderr. SIGTERM/SIGINT: new
 requests get 503, requests in flight get `drain_timeout` seconds to finish, then are cancelled so
 their streams end with a finish_reason and [DONE]; the port is closed and the process exits 0.
@@ -78,6 +78,12 @@ class _Server(uvicorn.Server):
         self._on_exit()
 
 
+def ready_line(url: str, kernels: dict[str, dict] | None) -> str:
+    """`STRATA_READY url=URL kernels=chunk-attention:native,...`: which path serves each native op."""
+    paths = ",".join(f"{label.replace(' ', '-')}:{v['path'].replace(' ', '-')}" for label, v in (kernels or {}).items())
+    return f"STRATA_READY url={url}" + (f" kernels={paths}" if paths else "")
+
+
 def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain_timeout: float = 30.0,
           log_level: str = "warning", out: TextIO | None = None) -> int:
@@ -98,7 +104,7 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
             return
         if flags["started"] and state.ready and not flags["printed"]:
             flags["printed"] = True
-            out.write(f"STRATA_READY url={url}\n")
+            out.write(ready_line(url, state.engine.info().get("kernels") if state.engine is not None else None) + "\n")
             out.flush()
             log.info("serving %s at %s", state.model_name, url)
             compiled = state.engine.info().get("compiled") if state.engine is not None else None
@@ -155,4 +161,4 @@ def run_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> tuple[str
     return url, stop
 
 
-__all__ = ["serve", "run_in_thread", "bind", "ready_url", "is_loopback"]
+__all__ = ["serve", "ready_line", "run_in_thread", "bind", "ready_url", "is_loopback"]

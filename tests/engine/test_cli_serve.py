@@ -34,7 +34,7 @@ class Server:
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
         assert line.startswith("STRATA_READY url=http://127.0.0.1:"), (line, self.proc.poll(), self.stderr)
-        self.url = line.strip().split("url=", 1)[1]
+        self.url = line.split()[1].split("url=", 1)[1]
         self.port = int(self.url.rsplit(":", 1)[1])
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:

@@ -58,5 +58,5 @@ def test_the_op_goes_native_unless_turned_off(native, monkeypatch):
 
 def test_a_bad_switch_is_named(monkeypatch):
     monkeypatch.setenv(decode_kernel.ENV, "off")
-    with pytest.raises(ValueError, match="STRATA_DECODE_KERNEL must be 0 .* or 1 .*, got 'off'"):
+    with pytest.raises(ValueError, match="STRATA_DECODE_KERNEL must be 0 .*, 1 .* or auto .*, got 'off'"):
         decode_kernel.native_decode_attention()

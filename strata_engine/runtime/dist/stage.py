@@ -85,10 +85,12 @@ def build_stage(spec: StageSpec):
     returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
     from ...model.kv_cache import KVCache
     from ...model.weights import load_model
+    from ..native_ops import choose as choose_kernels
 
     dtype = getattr(torch, spec.dtype)
     device = spec.device
     model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
+    choose_kernels(model, 256, spec.num_slots, spec.threads, decode=spec.compile)  # raced on 256-token chunks
     for i in range(config.num_layers):
         if spec.layer_start <= i < spec.layer_end:
             model.layers[i].to(device=device, dtype=dtype)

@@ -1,0 +1,212 @@
+"""Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
+
+Contract: `choose(model, prefill_chunk, batch, threads, decode)` decides, for each native op the model uses
+(chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
+serves in this process (model/native_build.serve) and returns what `report()` returns: per op its path and
+why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
+against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
+faster (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
+keyed by the CPU's flags, torch, the op's source, its -march and the shapes, so later starts read it
+instead of racing, and every engine on the machine serves the same path (the first verdict written wins).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..kernel_switches import cache_dir, kernel_mode, native_march
+from ..model import chunk_kernel, expert_kernel, native_build
+from ..model.attention import aten_row, attend_row
+from ..model.transformer import MoE
+from . import decode_kernel
+
+ROUNDS = 7  # alternating samples per arm
+SAMPLE_S = 0.004  # a sample is the mean of as many calls as take about this long
+
+_report: dict[str, dict] = {}
+
+
+def report() -> dict[str, dict]:
+    """Per op label: {"path": "native" | "aten", "why": ..., and where measured native_ms / aten_ms}."""
+    return {label: dict(v) for label, v in _report.items()}
+
+
+def time_calls(arm: str, fn: Callable[[], object], calls: int) -> float:
+    """Seconds per call of `calls` calls of fn (`arm` names the path: a test fakes the clock through it)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[float, float]:
+    """Median seconds per call of each arm, samples alternating A, B, B, A, ... after one warm-up each."""
+    native(), aten()
+    calls = {arm: max(1, int(SAMPLE_S / max(time_calls(arm, fn, 1), 1e-7)))
+             for arm, fn in (("native", native), ("aten", aten))}
+    samples: dict[str, list[float]] = {"native": [], "aten": []}
+    arms = [("native", native), ("aten", aten)]
+    for i in range(ROUNDS):
+        for arm, fn in (arms if i % 2 == 0 else arms[::-1]):
+            samples[arm].append(time_calls(arm, fn, calls[arm]))
+    return statistics.median(samples["native"]), statistics.median(samples["aten"])
+
+
+@contextmanager
+def _serving(name: str, path: str):
+    native_build.serve(name, path)
+    try:
+        yield
+    finally:
+        native_build.serve(name, None)
+
+
+def _chunk_arms(model, chunk: int, name: str):
+    """The chunk op against the flash paths: a prompt chunk at position 0 and one past the window."""
+    c = model.config
+    window = c.sliding_window
+    g = torch.Generator().manual_seed(0)
+    arms = []
+    for start in (0, max(window or 0, 2 * chunk)):
+        length = start + chunk
+        q = torch.randn(chunk, c.num_heads, c.head_dim, generator=g).transpose(0, 1)[None]
+        keys, values = (torch.randn(1, c.num_kv_heads, length, c.head_dim, generator=g) for _ in range(2))
+        positions = torch.arange(start, length)
+        arms.append((lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
+                     lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window)))
+    return arms, f"a {chunk}-token chunk at 0 and at {max(window or 0, 2 * chunk)}"
+
+
+def _expert_arms(model, chunk: int, name: str):
+    """The routed experts in one call against the Python loop, on the first MoE layer, a chunk's rows."""
+    moe = next((layer.mlp for layer in model.layers if isinstance(getattr(layer, "mlp", None), MoE)), None)
+    if moe is None:
+        return [], ""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(chunk, model.config.hidden_size, generator=g)
+    experts = torch.stack([torch.randperm(moe.num_experts, generator=g)[: moe.top_k] for _ in range(chunk)])
+    weights = torch.rand(chunk, moe.top_k, generator=g)
+
+    def aten():
+        with _serving(name, "aten"):
+            return moe._routed(x, weights, experts)
+
+    return [(lambda: moe._routed(x, weights, experts), aten)], f"{chunk} rows, top-{moe.top_k} of {moe.num_experts}"
+
+
+def _decode_arms(model, batch: int, name: str):
+    """The decode op against its per-row ATen calls: the batch's rows padded to 8, past the window and early."""
+    from .compiled_step import per_row_attention
+
+    c = model.config
+    window = -1 if c.sliding_window is None else int(c.sliding_window)
+    rows = min(batch, 8)
+    g = torch.Generator().manual_seed(0)
+    op = decode_kernel.native_decode_attention()
+    arms = []
+    for base in (100, max(window, 0) + 100):
+        at = [base + 3 * i for i in range(rows)] + [0] * (8 - rows)
+        caches = [torch.randn(rows, c.num_kv_heads, base + 3 * rows + 8, c.head_dim, generator=g) for _ in range(2)]
+        q, k, v = (torch.randn(8, h, c.head_dim, generator=g) for h in (c.num_heads, c.num_kv_heads, c.num_kv_heads))
+        slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at)
+        args = (q, k, v, *caches, slots, positions, window)
+        arms.append((lambda a=args: op(*a), lambda a=args: per_row_attention(*a)))
+    return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
+
+
+# label -> (switch, op name in native_build, accessor, source, arms)
+OPS = {
+    "chunk attention": (chunk_kernel.ENV, "strata_chunk_attention", chunk_kernel.native_chunk_attention,
+                        chunk_kernel._SOURCE, _chunk_arms),
+    "routed experts": (expert_kernel.ENV, "strata_routed_experts", expert_kernel.native_routed_experts,
+                       expert_kernel._SOURCE, _expert_arms),
+    "decode attention": (decode_kernel.ENV, "strata_decode_attention", decode_kernel.native_decode_attention,
+                         decode_kernel._SOURCE, _decode_arms),
+}
+
+
+def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
+    """Decide and install the serving path of each op the model uses (see the module's contract)."""
+    cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
+    for label, (env, name, accessor, source, arms_of) in OPS.items():
+        if label == "decode attention" and not decode:
+            continue
+        if label == "routed experts" and not getattr(model.config, "num_experts", 0):
+            continue
+        if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
+            continue
+        native_build.serve(name, None)
+        mode = kernel_mode(env)
+        if mode == "aten":
+            verdict = {"path": "aten", "why": f"{env}=0"}
+        elif accessor() is None:
+            verdict = {"path": "aten", "why": "the op did not build here (stderr says why)"}
+        elif mode == "native":
+            verdict = {"path": "native", "why": f"{env}=1"}
+        else:
+            verdict = _verdict(label, name, source, arms_of, model, batch if label == "decode attention" else prefill_chunk,
+                               threads)
+        native_build.serve(name, verdict["path"])
+        _report[label] = {**verdict, "march": native_march()}
+        print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
+    return report()
+
+
+def _verdict(label: str, name: str, source: str, arms_of, model, size: int, threads: int | None) -> dict:
+    arms, shapes = arms_of(model, size, name)
+    threads = threads or torch.get_num_threads()
+    key = " | ".join([label, native_build.machine_tag(), f"torch {torch.__version__}", native_build.source_tag(source),
+                      native_march(), shapes, f"{threads} thread(s)"])
+    cached = _cache_read().get(key)
+    if cached is not None:
+        return {**cached, "why": f"{cached['why']}; measured earlier on this machine"}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            timed = [race(native, aten) for native, aten in arms]
+    finally:
+        torch.set_num_threads(before)
+    native_s, aten_s = sum(t[0] for t in timed), sum(t[1] for t in timed)
+    path = "native" if native_s <= aten_s else "aten"
+    verdict = {"path": path, "native_ms": round(native_s * 1e3, 3), "aten_ms": round(aten_s * 1e3, 3),
+               "why": f"the op took {native_s / aten_s:.2f}x ATen's time ({shapes}, {threads} thread(s))"}
+    return _cache_write(key, verdict)
+
+
+def _cache_path() -> Path:
+    return cache_dir() / "kernel-verdicts.json"
+
+
+def _cache_read() -> dict:
+    try:
+        return json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _cache_write(key: str, verdict: dict) -> dict:
+    """Keep `verdict` unless another process wrote one for `key` first; returns the one that stands."""
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            table = _cache_read()
+            if key in table:
+                return table[key]
+            table[key] = verdict
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+            tmp.replace(path)
+    except OSError as exc:  # a read-only home: the verdict still serves this process
+        print(f"strata-engine: the kernel verdict was not cached ({exc})", file=sys.stderr)
+    return verdict

@@ -1,0 +1,89 @@
+"""The native ops built at every x86-64 level this CPU runs (g++ -march=x86-64-v2, v3, v4), each checked
+against the ATen path it stands in for on small shapes, and the levels with FMA (v3, v4) against each other
+bit for bit. Slow: each level is a build of its own (~40-70 s once per machine, then torch's cache)."""
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+
+from strata_engine.model import chunk_kernel
+from strata_engine.model.attention import aten_row
+from strata_engine.runtime import decode_kernel
+from strata_engine.runtime.compiled_step import per_row_attention
+
+pytestmark = pytest.mark.slow
+
+LEVELS = {"x86-64-v2": {"sse4_2"}, "x86-64-v3": {"avx2", "fma"}, "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"}}
+
+
+def _flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        return set(next((line for line in f if line.startswith("flags")), "").split(":")[-1].split())
+
+
+def _runnable() -> list[str]:
+    if platform.machine() != "x86_64":
+        return []
+    flags = _flags()
+    return [level for level, needs in LEVELS.items() if needs <= flags]
+
+
+def _op(getter, level: str):
+    if level not in _runnable():
+        pytest.skip(f"this CPU cannot run {level} code")
+    op = getter(march=level)
+    if op is None:
+        pytest.skip(f"the op did not build for {level} here (stderr says why)")
+    return op
+
+
+def _chunk(tokens: int, start: int, dim: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(tokens, 8, dim, generator=g)
+    keys, values = (torch.randn(4, start + tokens, dim, generator=g) for _ in range(2))
+    return q, keys, values
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("tokens,start,dim,window", [(64, 1100, 32, 1024), (37, 0, 64, -1), (9, 30, 128, 16)])
+def test_the_chunk_op_at_each_level_equals_the_flash_paths(level, tokens, start, dim, window):
+    op = _op(chunk_kernel.native_chunk_attention, level)
+    q, keys, values = _chunk(tokens, start, dim, seed=tokens + dim)
+    got = op(q, keys, values, start, window)
+    want = aten_row(q.transpose(0, 1)[None], keys[None], values[None], torch.arange(start, start + tokens), True,
+                    None if window < 0 else window)[0].transpose(0, 1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_the_decode_op_at_each_level_equals_the_aten_op(level):
+    op = _op(decode_kernel.native_decode_attention, level)
+    g = torch.Generator().manual_seed(7)
+    caches = [torch.randn(4, 4, 1600, 32, generator=g) for _ in range(2)]
+    q, k, v = (torch.randn(4, h, 32, generator=g) for h in (8, 4, 4))
+    slots, at = torch.tensor([2, 0, 3, -1]), torch.tensor([5, 700, 1500, 0])
+    want = per_row_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024)
+    torch.testing.assert_close(op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_levels_with_fma_give_the_same_bits():
+    levels = [level for level in ("x86-64-v3", "x86-64-v4") if level in _runnable()]
+    if len(levels) < 2:
+        pytest.skip(f"this CPU runs {', '.join(levels) or 'neither'} of x86-64-v3 and v4: nothing to compare")
+    q, keys, values = _chunk(100, 2000, 32, seed=3)
+    outs = [_op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024) for level in levels]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_the_native_level_gives_the_bits_of_its_x86_64_level():
+    """The engine's own build (-march=native) and the level it runs at compute every lane alike."""
+    level = "x86-64-v4" if "x86-64-v4" in _runnable() else "x86-64-v3"
+    if level not in _runnable():
+        pytest.skip("neither x86-64-v3 nor v4 runs here")
+    native = chunk_kernel.native_chunk_attention(march="native")
+    if native is None:
+        pytest.skip("the op did not build here")
+    q, keys, values = _chunk(100, 2000, 32, seed=4)
+    assert torch.equal(native(q, keys, values, 2000, 1024), _op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024))
