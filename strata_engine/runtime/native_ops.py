@@ -5,7 +5,7 @@ Contract: `choose(model, prefill_chunk, batch, threads, decode)` decides, for ea
 serves in this process (model/native_build.serve) and returns what `report()` returns: per op its path and
 why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
-faster (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
+faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
 keyed by the CPU's flags, torch, the op's source, its -march and the shapes, so later starts read it
 instead of racing, and every engine on the machine serves the same path (the first verdict written wins).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from ..model.attention import aten_row, attend_row
 from ..model.transformer import MoE
 from . import decode_kernel
 
-ROUNDS = 7  # alternating samples per arm
+ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 SAMPLE_S = 0.004  # a sample is the mean of as many calls as take about this long
 
 _report: dict[str, dict] = {}
@@ -48,7 +47,8 @@ def time_calls(arm: str, fn: Callable[[], object], calls: int) -> float:
 
 
 def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[float, float]:
-    """Median seconds per call of each arm, samples alternating A, B, B, A, ... after one warm-up each."""
+    """The fastest sample's seconds per call of each arm, samples alternating A, B, B, A, ... after one
+    warm-up each: another process's load only adds time, so the least time is the op's own."""
     native(), aten()
     calls = {arm: max(1, int(SAMPLE_S / max(time_calls(arm, fn, 1), 1e-7)))
              for arm, fn in (("native", native), ("aten", aten))}
@@ -57,7 +57,7 @@ def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[floa
     for i in range(ROUNDS):
         for arm, fn in (arms if i % 2 == 0 else arms[::-1]):
             samples[arm].append(time_calls(arm, fn, calls[arm]))
-    return statistics.median(samples["native"]), statistics.median(samples["aten"])
+    return min(samples["native"]), min(samples["aten"])
 
 
 @contextmanager
