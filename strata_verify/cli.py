@@ -22,6 +22,7 @@ from strata_verify.cli_common import load_or_fail as _load_or_fail, run_check as
 from strata_verify.determinism import DeterminismOptions, run_determinism
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.check import InterleaveOptions, run_interleave
+from strata_verify.interleave.concurrency import SERIAL_WINDOW_S
 from strata_verify.report import INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 
@@ -45,8 +46,12 @@ def main() -> None:
               + ". Their steps are then 'not applicable' instead of failing as not exercised; equality checks "
               "always count. Default: none (the spec's engine; e.g. vLLM: --lacks give-way).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
+@click.option("--serial-window", type=float, default=SERIAL_WINDOW_S, show_default=True, help="Seconds the engine's "
+              "own counters (GET /metrics) must say 'one running, one waiting' while A or B streams before the gate "
+              "concludes the server runs one request at a time.")
 @_output_options
-def interleave(engine, url, scale, tokens, vocab, lacks, timeout, near_tie, start_timeout, markdown, junit_path, json_path):
+def interleave(engine, url, scale, tokens, vocab, lacks, timeout, serial_window, near_tie, start_timeout, markdown,
+               junit_path, json_path):
     """A and B decode, C's long read joins, D gives way to E; every request must equal its solo run."""
     try:
         declared = parse_lacks(lacks)
@@ -55,7 +60,7 @@ def interleave(engine, url, scale, tokens, vocab, lacks, timeout, near_tie, star
     try:
         plan = InterleavePlan(scale=scale, answer_tokens=tokens)
         options = InterleaveOptions(plan=plan, near_tie=near_tie, phase_timeout=timeout, vocab_size=vocab,
-                                    lacks=declared)
+                                    lacks=declared, serial_window=serial_window)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     target = _target(engine, url, default_engine_command(scale), start_timeout)

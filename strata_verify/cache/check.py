@@ -17,6 +17,7 @@ import uuid
 
 from strata_bench.engines.families import STRATA
 from strata_bench.engines.feed import EventWatcher
+from strata_verify.cache import phases
 from strata_verify.cache.plan import CacheOptions, Prompts
 from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.cache.steps import judge
@@ -35,6 +36,12 @@ def run_cache(target: Target, options: CacheOptions) -> CacheRun:
         separate = target.fresh and client.family is STRATA
         _sessions(run, client, "sessions", options.plan.sessions, options.plan.turns)
         _give_way(run, client)
+        for phase, runner in (("restore", phases.restore), ("salts", phases.salts)):
+            watcher = _watch(run, client)
+            try:
+                runner(run, client, _task, _done)
+            finally:
+                _stop(run, phase, watcher)
         if not separate:
             _sessions(run, client, "eviction", options.plan.evict_sessions, options.plan.evict_turns)
             _cold(run, client)
@@ -74,8 +81,10 @@ def _client(run: CacheRun, url: str) -> EngineClient:
     if client.family is STRATA:
         run.salt = COLD_SALT if info.get("prompt_cache") else None
         run.cold_how = f"each cold read with a fresh {COLD_SALT}" if run.salt else ""
+        run.salt_field_ok = run.salt is not None
     else:
         run.cold_how = f"each cold read with {client.cold}" if client.cold else ""
+        run.salt_field_ok = client.family.cold_salt is not None
     run.cache_info = info.get("prompt_cache")
     return client
 

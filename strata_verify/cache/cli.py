@@ -33,9 +33,12 @@ DEFAULT_ENGINE = "strata-engine serve"  # the prompt cache is on by default
               "declared NOT to have: " + "; ".join(f"{k}: {v}" for k, v in CACHE_BEHAVIOURS.items()) + ". Their "
               "steps are then 'not applicable'; equality steps always count (vLLM: --lacks events).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one phase may take.")
+@click.option("--logprob-tol", type=float, default=None, help="Largest |logprob difference| allowed between a cached "
+              "answer and its cold read where the engine does not claim them bitwise equal (prompt_cache.bitwise). "
+              "Default: 1e-4 on Strata; on other servers the difference is then information only.")
 @output_options
-def cache(engine, url, scale, sessions, turns, evict_sessions, evict_mib, tokens, vocab, lacks, timeout, near_tie,
-          start_timeout, markdown, junit_path, json_path):
+def cache(engine, url, scale, sessions, turns, evict_sessions, evict_mib, tokens, vocab, lacks, timeout, logprob_tol,
+          near_tie, start_timeout, markdown, junit_path, json_path):
     """Agent sessions served from the prompt cache must equal the same requests read cold: every later turn
     shown to be a cache hit (usage's cached_tokens, or a CACHE_HIT event), also under eviction (CACHE_EVICT)
     and when a long cold read gives way mid-session. Exit 0 when every check holds, 1 on a failed or
@@ -43,7 +46,7 @@ def cache(engine, url, scale, sessions, turns, evict_sessions, evict_mib, tokens
     try:
         plan = CachePlan(scale=scale, sessions=sessions, turns=turns, evict_sessions=evict_sessions, answer_tokens=tokens)
         options = CacheOptions(plan=plan, near_tie=near_tie, phase_timeout=timeout, evict_mib=evict_mib,
-                               vocab_size=vocab, lacks=parse_lacks(lacks, CACHE_BEHAVIOURS))
+                               vocab_size=vocab, lacks=parse_lacks(lacks, CACHE_BEHAVIOURS), logprob_tol=logprob_tol)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     where = target(engine, url, DEFAULT_ENGINE, start_timeout)

@@ -110,8 +110,11 @@ class CacheOptions:
     evict_mib: float = 1.0  # --prompt-cache of the eviction phase's engine (--engine on Strata only)
     vocab_size: int | None = None
     lacks: frozenset[str] = frozenset()
+    logprob_tol: float | None = None  # |cached - cold| logprob bound without a bitwise claim (None: Strata's default)
 
     def __post_init__(self) -> None:
+        if self.logprob_tol is not None and not self.logprob_tol >= 0:
+            raise ValueError(f"--logprob-tol must be >= 0, got {self.logprob_tol}")
         if self.near_tie < 0:
             raise ValueError(f"--near-tie must be >= 0, got {self.near_tie}")
         if self.phase_timeout <= 0:

@@ -13,7 +13,7 @@ from strata_verify.client import Completion
 from strata_verify.engine_proc import Target
 from strata_verify.report import Step
 
-PHASES = ("sessions", "give-way", "eviction")
+PHASES = ("sessions", "give-way", "restore", "salts", "eviction")
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Turn:
     prompt: list[int]
     served: Completion  # with the cache on
     cold: Completion | None = None  # the same request read cold
+    salt: str | None = None  # the salts phase: which of its salts ("a", "b") this request carried; None: none
 
     def hit(self, events: list[dict[str, Any]] | None) -> tuple[int, str] | None:
         """(cached tokens, where that was read) when the server says a cache served this request: usage's
@@ -47,6 +48,8 @@ class CacheRun:
     prompts: Prompts | None = None
     feed: bool = False  # events followed (Strata's feed, not declared absent)
     salt: str | None = None  # the body field that reads a request cold on this server, when the gate adds it
+    salt_field_ok: bool = False  # the server takes its family's salt field (the salts phase runs)
+    store_counts: tuple[Any, Any] | None = None  # prompt_cache before and after the restore phase (GET /v1/engine)
     cold_how: str = ""
     cache_info: Any = None  # GET /v1/engine's prompt_cache, as served
     evict_cache_info: Any = None  # the same of the eviction phase's engine, when it has its own
@@ -73,12 +76,13 @@ class CacheRun:
         def answer(c: Completion | None) -> dict[str, Any] | None:
             if c is None:
                 return None
-            return {"request_id": c.request_id, "token_ids": c.token_ids, "usage": c.usage,
+            return {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs, "usage": c.usage,
                     "sent_at": None if c.sent_at is None else round(c.sent_at - self.t0, 6),
                     "first_token_at": None if c.first_token_at is None else round(c.first_token_at - self.t0, 6)}
         return {"target": self.target.describe(), "engine": self.info, "cold": self.cold_how,
                 "prompt_cache": self.cache_info, "plan": self.options.plan.describe(),
-                "turns": {n: {"phase": t.phase, "prompt_tokens": len(t.prompt), "served": answer(t.served),
+                "store_counts": self.store_counts,
+                "turns": {n: {"phase": t.phase, "salt": t.salt, "prompt_tokens": len(t.prompt), "served": answer(t.served),
                               "cold": answer(t.cold)} for n, t in self.turns.items()},
                 "events": {p: None if e is None else [{k: v for k, v in x.items() if k != "_arrived"} for x in e]
                            for p, e in self.events.items()}}

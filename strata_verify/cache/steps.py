@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from strata_bench.engines.compare import first_difference
 from strata_verify.behaviours import apply_declaration
+from strata_verify.cache.claims import bitwise_claimed, logprob_lines, logprob_tolerance, salts_step, store_step
 from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.diverge import compare_answers
 from strata_verify.interleave.steps import give_way_from_outside
@@ -24,11 +25,21 @@ STEP_OF = {"events": EVICTION, "give-way": GIVE_WAY}
 def judge(run: CacheRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
     sessions = sorted({t.session for t in run.of("sessions")})
+    tol = logprob_tolerance(run)
     steps = [_hits(run)]
-    steps += [_equal(f"session {s}: cached == cold", [t for t in run.of("sessions") if t.session == s])
-              for s in sessions]
-    steps += [_eviction(run), _equal("under eviction: cached == cold", run.of("eviction")),
-              _give_way(run), _equal("give-way: cached == cold", run.of("give-way")), _cold_reads(run)]
+    steps += [_equal(f"session {s}: cached == cold", [t for t in run.of("sessions") if t.session == s],
+                     bitwise_claimed(run, "sessions"), tol) for s in sessions]
+    steps += [_eviction(run),
+              _equal("under eviction: cached == cold", run.of("eviction"), bitwise_claimed(run, "eviction"), tol),
+              _give_way(run),
+              _equal("give-way: cached == cold", run.of("give-way"), bitwise_claimed(run, "give-way"), tol)]
+    steps += [store_step(run)]
+    if run.of("restore"):
+        steps.append(_equal("store restore: cached == cold", run.of("restore"), bitwise_claimed(run, "restore"), tol))
+    steps += [salts_step(run)]
+    if run.of("salts"):
+        steps.append(_equal("salted: cached == cold", run.of("salts"), bitwise_claimed(run, "salts"), tol))
+    steps.append(_cold_reads(run))
     return apply_declaration([Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps],
                              run.options.lacks, STEP_OF)
 
@@ -58,8 +69,9 @@ def _hits(run: CacheRun) -> Step:
     return Step(CHECK, HITS, PASS, f"all {len(later)} later turns were served with a cache hit", tuple(evidence))
 
 
-def _equal(name: str, turns: list[Turn]) -> Step:
-    """Every turn's served answer equals its cold read; a failure names the request and the first difference."""
+def _equal(name: str, turns: list[Turn], bitwise: bool = False, tol: float | None = None) -> Step:
+    """Every turn's served answer equals its cold read; a failure names the request and the first difference.
+    Where the engine claims a hit is bitwise a cold read (`bitwise`), the logprobs must be equal too."""
     if not turns:
         return Step(CHECK, name, NOT_EXERCISED, "no request ran")
     tokens, evidence = 0, []
@@ -82,7 +94,11 @@ def _equal(name: str, turns: list[Turn]) -> Step:
         if first_difference(served.token_ids, cold.token_ids) is None:
             tokens += len(served.token_ids)
     names = ", ".join(t.name for t in turns)
-    return Step(CHECK, name, PASS, f"{len(turns)} requests, {tokens} tokens equal to their cold reads", (names,))
+    broken, lines = logprob_lines(turns, bitwise, tol)
+    if broken:
+        return Step(CHECK, name, FAIL, broken, (names, *lines))
+    return Step(CHECK, name, PASS, f"{len(turns)} requests, {tokens} tokens equal to their cold reads"
+                + (", logprobs bitwise" if bitwise and not lines[0].startswith("logprobs: none") else ""), (names, *lines))
 
 
 def cache_label(info) -> str:

@@ -4,8 +4,10 @@ then every request again, alone, on a fresh engine.
 This module drives the two phases and gathers evidence into an `InterleaveRun` (run.py);
 `steps.py` turns that evidence into pass / fail / not exercised / not applicable. With `--url` both phases share the one server, so "solo" is alone but not fresh; every
 request asks to skip the prefix cache where the server family has that switch (said in the report). A
-server that runs one request at a time (one slot, or A streaming while B waits) leaves the interleaving
-steps not exercised, with that reason, and the gate does not wait for what cannot happen.
+server that runs one request at a time leaves the interleaving steps not exercised, with that reason, and
+the gate does not wait for what cannot happen; that is concluded from facts only (the server's one slot, its
+own running/waiting counters, or one stream that ended before the other began: concurrency.py), never
+from how many tokens one stream got first. A failed request is a GateError naming it and its error.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import time
 from strata_bench.engines.feed import EventWatcher
 from strata_verify.client import Completion, EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
-from strata_verify.interleave.run import (SERIAL_EVIDENCE_TOKENS, InterleaveOptions, InterleaveRun,  # noqa: F401
-                                          OneAtATime)
+from strata_verify.interleave.concurrency import ConcurrencyWatch, CounterReader
+from strata_verify.interleave.run import InterleaveOptions, InterleaveRun, OneAtATime
 from strata_verify.interleave.steps import judge
 from strata_verify.requests import NAMES
 
@@ -59,7 +61,9 @@ def _prepare(run: InterleaveRun, client: EngineClient) -> int:
                  "Strata keeps no prefix cache" if client.family.events else
                  f"{client.family.label}: no per-request switch for a prefix cache; solo runs may reuse one")
     if client.server is not None and client.server.slots == 1:
-        raise OneAtATime(f"the server has one slot (runs one request at a time): {client.server.describe()}")
+        run.concurrency = [f"the server's own facts: one slot ({client.server.describe()})"]
+        raise OneAtATime(f"the server has one slot (runs one request at a time; the server's own facts): "
+                         f"{client.server.describe()}")
     plan = run.options.plan
     vocab = info.get("vocab_size") or run.options.vocab_size
     if not vocab:
@@ -86,10 +90,14 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
         run.watcher.available = False  # no feed: the evidence is the client's clock
     run.t0 = time.perf_counter()
     tasks = {name: client.task(name, ids[name], run.prompts[name], decode_tokens) for name in ("A", "B")}
+    watch = ConcurrencyWatch(CounterReader(client.url, client.family.name), run.rel, opts.serial_window)
     try:
         for task in tasks.values():
             task.start()
-        _wait_both_decoding(tasks["A"], tasks["B"], opts.phase_timeout)
+        try:
+            _wait_both_decoding(tasks["A"], tasks["B"], opts.phase_timeout, watch)
+        finally:
+            run.concurrency = watch.describe()
         tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
         tasks["D"] = client.task("D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
@@ -120,31 +128,25 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
     run.interleaved = {name: task.result for name, task in tasks.items()}
 
 
-def _wait_both_decoding(a: StreamTask, b: StreamTask, timeout: float) -> None:
-    """Until A and B both have a token. OneAtATime when one streams on while the other gets nothing."""
+def _wait_both_decoding(a: StreamTask, b: StreamTask, timeout: float, watch: ConcurrencyWatch) -> None:
+    """Until A and B both have a token. OneAtATime only when `watch` proves it (counters, or a stream that ended
+    before the other began); a failed request is a GateError with its error; a slow one is waited for."""
     deadline = time.perf_counter() + timeout
     while not (a.first_token.is_set() and b.first_token.is_set()):
         for task in (a, b):
             _check(task, "decoding before C")
-        for streaming, waiting in ((a, b), (b, a)):
-            since = _tokens_since_sent(streaming, waiting)
-            if since >= SERIAL_EVIDENCE_TOKENS and not waiting.result.times:
-                raise OneAtATime(f"{streaming.result.name} received {since} tokens after {waiting.result.name} was "
-                                 f"sent, {waiting.result.name} none: the server runs one request at a time")
+        reason = watch.observe(a.result, b.result)
+        if reason is not None:
+            raise OneAtATime(reason)
         if time.perf_counter() > deadline:
-            raise GateError(f"interleave: A or B got no token in {timeout:.0f} s")
-        a.first_token.wait(0.05)
+            raise GateError(f"interleave: A or B got no token in {timeout:.0f} s (A {len(a.result.times)} tokens, "
+                            f"B {len(b.result.times)}); " + "; ".join(watch.describe()))
+        (b if a.first_token.is_set() else a).first_token.wait(0.05)  # wait on the one without a token: no spin
     for task in (a, b):
         _check(task, "decoding before C")
-
-
-def _tokens_since_sent(streaming: StreamTask, waiting: StreamTask) -> int:
-    """Tokens `streaming` received after `waiting`'s request left the client (0 before it has): a fast engine
-    streams hundreds of tokens while a loaded client is still sending the other request, which is no evidence."""
-    sent = waiting.result.sent_at
-    if sent is None:
-        return 0
-    return sum(1 for t in list(streaming.result.times) if t >= sent)
+    reason = watch.observe(a.result, b.result)  # both have a token: did one end before the other began?
+    if reason is not None:
+        raise OneAtATime(reason)
 
 
 def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:

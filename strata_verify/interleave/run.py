@@ -15,9 +15,7 @@ from strata_verify.engine_proc import Target
 from strata_verify.report import Step
 from strata_verify.requests import NAMES, InterleavePlan, request_id
 
-# A and B decode together or not at all: when one has this many tokens while the other has none, the
-# server is running one request at a time (seen on the client's clock).
-SERIAL_EVIDENCE_TOKENS = 256
+from strata_verify.interleave.concurrency import SERIAL_WINDOW_S
 
 
 class OneAtATime(Exception):
@@ -33,8 +31,11 @@ class InterleaveOptions:
     vocab_size: int | None = None  # for engines that say neither it nor a tokenizer like ours
     request_timeout: float = 600.0
     lacks: frozenset[str] = frozenset()  # spec behaviours the engine is declared not to have (behaviours.py)
+    serial_window: float = SERIAL_WINDOW_S  # seconds of "one running, one waiting" before one-at-a-time is believed
 
     def __post_init__(self) -> None:
+        if not self.serial_window > 0:
+            raise ValueError(f"--serial-window must be > 0, got {self.serial_window}")
         if self.near_tie < 0:
             raise ValueError(f"--near-tie must be >= 0, got {self.near_tie}")
         if self.phase_timeout <= 0:
@@ -59,6 +60,7 @@ class InterleaveRun:
     nonce: str = ""
     one_at_a_time: str | None = None  # why the server cannot interleave, when it cannot
     cache: str = ""  # what was done about the server's prefix cache
+    concurrency: list[str] = field(default_factory=list)  # which evidence showed A and B together (or apart)
     steps: list[Step] = field(default_factory=list)
 
     def ids(self, phase: str = "interleave") -> dict[str, str]:
@@ -75,7 +77,7 @@ class InterleaveRun:
                     "finish_reason": c.finish_reason, "cancelled": c.cancelled}
         events = self.watcher.events if self.watcher else []
         return {"target": self.target.describe(), "engine": self.info, "one_at_a_time": self.one_at_a_time,
-                "cache": self.cache,
+                "cache": self.cache, "concurrency": self.concurrency,
                 "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
                 "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
                 "solo": {k: answer(v) for k, v in self.solo.items()},

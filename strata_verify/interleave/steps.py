@@ -29,8 +29,9 @@ def judge(run: InterleaveRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
     if run.one_at_a_time is not None:
         names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES)]
-        return apply_declaration([Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, (run.cache,) if run.cache else (),
-                                       build) for name in names], run.options.lacks)
+        evidence = (*run.concurrency, *((run.cache,) if run.cache else ()))
+        return apply_declaration([Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, evidence, build)
+                                  for name in names], run.options.lacks)
     steps = [_decoders(run), _read_during_decode(run), _give_way(run)]
     steps += [_equal(run, name) for name in NAMES]
     feed = run.watcher.events if run.watcher is not None and run.watcher.available else None
@@ -84,7 +85,7 @@ def longest_pause(answer, start: float, end: float) -> float:
 def _decoders(run: InterleaveRun) -> Step:
     a, b, c = (run.interleaved[n] for n in "ABC")
     evidence = [f"A: first token {run.rel(a.first_token_at)}, B: first token {run.rel(b.first_token_at)}; "
-                f"C sent {run.rel(c.sent_at)}"]
+                f"C sent {run.rel(c.sent_at)}", *run.concurrency]
     if a.first_token_at is None or b.first_token_at is None:
         return Step(CHECK, "A and B decode", NOT_EXERCISED, "A or B produced no token", tuple(evidence))
     if max(a.first_token_at, b.first_token_at) > c.sent_at:

@@ -14,6 +14,8 @@ engine modules move), with a wrapper that calls the original except in the bug's
   corrupt-token     in a decode batch of more than one row, a request's token at index 3 is changed
                     to a neighbouring id after sampling, keeping the original token's logprob
   resume-offset     a parked read resumes one chunk past where it gave way (and never reads that chunk)
+  cache-salt        the prompt cache places a request as if it had no cache_salt, so one salt's prefix is
+                    served to another (the answer's tokens stay right: only isolation is broken)
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ TARGETS = {
     "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",
                       "strata_engine.torch_executor.TorchExecutor._deliver"),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
+    "cache-salt": ("strata_engine.scheduler.prefix_cache.PrefixCache.place",),
 }
 CORRUPT_INDEX = 3
 
@@ -109,8 +112,18 @@ def resume_offset(original):
     return _start
 
 
+def cache_salt(original):
+    @functools.wraps(original)
+    def place(self, prompt, salt, generation, *rest, **kwargs):
+        for held in self._held:  # the bug: every held prefix is matched as if it were under this request's salt
+            if held is not None and getattr(held, "salt", salt) != salt:
+                object.__setattr__(held, "salt", salt) if dataclasses.is_dataclass(held) else setattr(held, "salt", salt)
+        return original(self, prompt, salt, generation, *rest, **kwargs)
+    return place
+
+
 BUGS = {"prefix-attention": prefix_attention, "piece-start": piece_start, "corrupt-token": corrupt_token,
-        "resume-offset": resume_offset}
+        "resume-offset": resume_offset, "cache-salt": cache_salt}
 
 
 def install(bug: str) -> None:

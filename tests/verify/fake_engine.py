@@ -7,7 +7,12 @@ long takes over (YIELDED) unless `--no-yield`. Events go to GET /v1/events and, 
 `--prompt-cache MIB` keeps finished prompts (strata_bench.synthetic_cache: `--cache-tokens-per-mib` tokens a
 MiB, `cache_salt` honoured): a request reads only what is not cached, says `cached_tokens` in its usage, and
 CACHE_HIT / CACHE_EVICT events name hits and evictions; `--cache-fault one-too-far` plays a cache that claims
-one token more than it matched (the answer is computed without that prompt token).
+one token more than it matched (the answer is computed without that prompt token), `--cache-fault salt-leak` one
+that ignores `cache_salt` (one salt's prefix served to another), `store-restore` a restore from the store that
+loses its last position, `logprob-shift` a hit whose logprobs move by 0.019 while its tokens stay. GET /metrics gives the engine's counters
+(`strata_requests_running`, `strata_queue_length`) unless `--no-metrics`; `--serial` runs one request at a time
+(the others wait in the queue); `--stall-second-ms N` holds the first token of a request that starts while
+another streams by N ms (a starved HTTP front end: the engine runs both, the client sees one).
 
     python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
 """
@@ -61,16 +66,21 @@ class Fake:
     waiting: list[Job] = field(default_factory=list)
     completions: int = 0
     in_flight: int = 0
+    running: int = 0  # streams the engine serves now (the counters of GET /metrics)
+    queued: int = 0  # streams waiting for the engine (--serial)
+    stalled: bool = False  # --stall-second-ms was spent
+    store_hits: int = 0  # hits the cache served from "the store" (GET /v1/engine prompt_cache.store_hits)
     cache: PrefixCache | None = None
 
     def __post_init__(self) -> None:
         if self.args.prompt_cache is not None:
             self.cache = PrefixCache(int(self.args.prompt_cache * self.args.cache_tokens_per_mib),
-                                     fault=self.args.cache_fault)
+                                     fault=self.args.cache_fault if self.args.cache_fault == "one-too-far" else "")
         self.decode_allowed = asyncio.Event()
         self.decode_allowed.set()
         self.wake = asyncio.Event()
         self.new_event = asyncio.Condition()
+        self.serial_lock = asyncio.Lock()
 
     async def emit(self, kind: str, request_id: str | None, **fields) -> None:
         event = EngineEvent(kind, time.monotonic(), fields.pop("slot", None), request_id, fields)
@@ -152,7 +162,18 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "dtype": "float32", "vocab_size": args.vocab, "eos_token_id": 0, "supports_token_ids": True,
                 "version": "fake-1", "batch_invariant": args.batch_invariant,
                 **({} if args.prompt_cache is None else {"prompt_cache": {"mib": args.prompt_cache,
-                                                                          "tokens": state["fake"].cache.capacity_tokens}})}
+                                                                          "tokens": state["fake"].cache.capacity_tokens,
+                                                                          "store": args.prompt_cache > 0,
+                                                                          "store_hits": state["fake"].store_hits,
+                                                                          "bitwise": args.batch_invariant and args.prompt_cache > 0}})}
+
+    @app.get("/metrics")
+    async def metrics():
+        fake = state["fake"]
+        if args.no_metrics:
+            return PlainTextResponse("not found", status_code=404)
+        return PlainTextResponse(f"# TYPE strata_requests_running gauge\nstrata_requests_running {fake.running}.0\n"
+                                 f"# TYPE strata_queue_length gauge\nstrata_queue_length {fake.queued}.0\n")
 
     @app.get("/v1/events")
     async def events(since: int = 0, follow: int = 0):
@@ -190,16 +211,21 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if len(prompt_ids) + max_tokens > args.ctx:
             return JSONResponse({"error": {"message": "prompt too long", "type": "invalid_request_error",
                                            "param": "prompt", "code": None}}, status_code=400)
-        salt = body.get("cache_salt")
+        salt = None if args.cache_fault == "salt-leak" else body.get("cache_salt")
         hit = fake.cache.lookup(prompt_ids, salt) if fake.cache is not None else None
         answer_ids = answer_prompt(prompt_ids, hit) if hit is not None else prompt_ids
+        fake.store_hits += bool(hit is not None and hit.cached_tokens and hit.source == "store")
+        if hit is not None and hit.cached_tokens and hit.source == "store" and args.cache_fault == "store-restore":
+            answer_ids = [*prompt_ids[:hit.cached_tokens - 1], *prompt_ids[hit.cached_tokens:]]  # a stale position
+        shift = 0.019 if hit is not None and hit.cached_tokens and args.cache_fault == "logprob-shift" else 0.0
         job = Job(rid, prompt_ids, asyncio.get_running_loop().create_future())
         await fake.emit("ADMIT", rid, slot=None)
         if hit is not None and hit.cached_tokens:
             job.tokens_read = hit.cached_tokens
             await fake.emit("CACHE_HIT", rid, slot=0, tokens=hit.cached_tokens, source=hit.source)
-        fake.waiting.append(job)
-        fake.wake.set()
+        if not args.serial:
+            fake.waiting.append(job)
+            fake.wake.set()
         want_lp = body.get("logprobs") is not None
 
         def chunk(index: int) -> dict:
@@ -210,6 +236,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 choice["prompt_token_ids"] = prompt_ids
             if want_lp:
                 lp, margin = logprobs_at(prompt_ids, index)
+                lp -= shift  # logprob-shift: a hit attends to one stale position; the greedy token stays
                 if args.logprob_jitter and fake.in_flight > 1:
                     lp += args.logprob_jitter  # batch-shape-dependent rounding, as a real kernel might have
                 choice["logprobs"] = {"tokens": [f" t{token}"], "token_logprobs": [lp],
@@ -218,12 +245,27 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     "choices": [choice]}
 
         async def stream():
+            held = False
+            if args.serial:
+                fake.queued += 1
+                try:
+                    await fake.serial_lock.acquire()
+                    held = True
+                finally:
+                    fake.queued -= 1
+                fake.waiting.append(job)
+                fake.wake.set()
+            stall = bool(args.stall_second_ms) and fake.running >= 1 and not fake.stalled
+            fake.stalled = fake.stalled or stall
             fake.in_flight += 1
+            fake.running += 1
             try:
                 await job.read
                 for index in range(max_tokens):
                     if index:
                         await asyncio.sleep(args.decode_ms / 1000)
+                    elif stall:
+                        await asyncio.sleep(args.stall_second_ms / 1000)
                     await fake.decode_allowed.wait()
                     job.first_out.set()
                     yield f"data: {json.dumps(chunk(index))}\n\n"
@@ -241,6 +283,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         await fake.emit("CACHE_EVICT", None, slot=0, tokens=tokens)
             finally:
                 fake.in_flight -= 1
+                fake.running -= 1
+                if held:
+                    fake.serial_lock.release()
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
@@ -269,7 +314,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-cache", type=float, default=None, help="MiB of prefix cache (0 = off); unset: "
                         "an engine without one (no cached_tokens in usage)")
     parser.add_argument("--cache-tokens-per-mib", type=int, default=512)
-    parser.add_argument("--cache-fault", default="", help="one-too-far: a hit claims one token more than it matched")
+    parser.add_argument("--cache-fault", default="", help="one-too-far: a hit claims one token more than it matched; "
+                        "salt-leak: cache_salt is ignored (prefixes cross salts); store-restore: a hit from the store "
+                        "answers without its last cached position; logprob-shift: a hit's logprobs move 0.019, "
+                        "its tokens do not")
+    parser.add_argument("--no-metrics", action="store_true", help="no GET /metrics (no engine counters)")
+    parser.add_argument("--serial", action="store_true", help="one request at a time; the others wait in the queue")
+    parser.add_argument("--stall-second-ms", type=float, default=0.0,
+                        help="hold the first token of a request started while another streams (a starved front end)")
     args = parser.parse_args(argv)
     if args.fail_start:
         print("fake engine: cannot load model weights: file not found", file=sys.stderr, flush=True)

@@ -74,3 +74,15 @@ def test_a_resume_offset_error_fails_the_resume_offsets_step_naming_the_request(
     # D gives way at a piece boundary (512 unless a loaded machine sends E late); it resumes one chunk on
     yielded, resumed = map(int, re.search(r"YIELDED at (\d+) tokens, then RESUME tokens_read=(\d+)", out.stdout).groups())
     assert resumed == yielded + 512, out.stdout
+
+
+def test_a_prompt_cache_that_ignores_cache_salt_fails_isolation_and_only_isolation():
+    """The salted sessions go to the one cache-on engine: a prefix matched across salts is named, request and
+    tokens; every token-equality step still passes (the leaked prefix has the same tokens), as the check did
+    before it sent salted requests to a cache-on engine."""
+    engine = f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug cache-salt -- serve"
+    out = verify("cache", "--scale", "0.5", "--turns", "2", "--evict-sessions", "2", "--engine", engine, timeout=1500)
+    assert out.returncode == 1, out.stdout + out.stderr
+    failed = failed_lines(out)
+    assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], out.stdout
+    assert "cached tokens of x.holder's prefix (salt a)" in failed[0]

@@ -4,6 +4,7 @@ with none."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -169,3 +170,46 @@ def test_on_a_url_the_cold_reads_carry_a_fresh_cache_salt_and_no_feed_is_declare
 def test_bad_input_is_a_usage_error():
     result = verify("cache", "--lacks", "pieces")
     assert result.returncode == 2 and "known: give-way, events" in result.stderr
+
+
+# -- the gaps closed: logprobs where a hit claims the cold read's bits, the store's restore, salts kept apart -------
+def _failed(out):
+    return [line for line in out.stdout.splitlines() if line.startswith("[    FAIL     ]")]
+
+
+def test_the_store_restore_and_the_salts_are_exercised_and_shown_on_a_right_cache():
+    result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--batch-invariant"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[    PASS     ] cache: host store restore exercised: r0.t1 was restored from the host store" in result.stdout
+    assert "[    PASS     ] cache: no prefix crosses a cache_salt" in result.stdout
+    assert "x.other-salt: salt b, 288 prompt tokens, 0 cached" in result.stdout
+    assert "logprobs bitwise" in result.stdout and "bitwise equal, as the engine claims" in result.stdout
+
+
+def test_a_hit_whose_logprobs_moved_fails_where_the_engine_claims_bitwise_and_token_ids_alone_pass():
+    shifted = ("--prompt-cache", "64", "--cache-fault", "logprob-shift")
+    old = verify("cache", *SMALL, "--logprob-tol", "1", "--engine", fake(*shifted))  # ids only, as the check was
+    assert old.returncode == 0, old.stdout + old.stderr
+    bounded = verify("cache", *SMALL, "--engine", fake(*shifted))  # no claim: Strata's default tolerance, 1e-4
+    assert bounded.returncode == 1 and "over the tolerance 0.0001" in bounded.stdout, bounded.stdout
+    new = verify("cache", *SMALL, "--engine", fake(*shifted, "--batch-invariant"))
+    assert new.returncode == 1, new.stdout + new.stderr
+    assert re.search(r"session s0: cached == cold: request s0\.t\d: logprob at token \d+ differs from its cold read by "
+                     r"0\.019 \(cached -[0-9.]+, cold -[0-9.]+\)", new.stdout), new.stdout
+
+
+def test_a_restore_from_the_store_that_loses_a_position_fails_naming_the_request():
+    result = verify("cache", *SMALL, "--evict-sessions", "2", "--engine", fake("--prompt-cache", "64", "--cache-fault",
+                                                                             "store-restore"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert any("store restore: cached == cold: request r0.t1 differs from its cold read at token 0" in line
+               for line in _failed(result)), result.stdout
+    assert "[    PASS     ] cache: host store restore exercised" in result.stdout
+
+
+def test_a_cache_that_ignores_the_salt_fails_isolation_and_only_isolation():
+    result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--cache-fault", "salt-leak"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = _failed(result)
+    assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], result.stdout
+    assert "took 256 cached tokens of x.holder's prefix (salt a)" in failed[0]
