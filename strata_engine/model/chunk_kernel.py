@@ -7,15 +7,13 @@ over keys (p - window, p] (all of 0..p without a window); float32 on the CPU, hd
 `STRATA_CHUNK_KERNEL=0` turns it off or it cannot be built here (model/native_build.py: once per machine,
 ~30 s, said on stderr; the flash calls of model/attention.py serve then).
 
-Why: ATen's flash kernel runs a chunk's attention at ~18-25 GMAC/s on this CPU at head_dim 32, half the
-rate of the GEMMs around it, and the windowed chunk takes three of its calls and a merge (docs/MODEL.md, "The
-chunk attention kernel"). Here, per kv head: its keys transposed once; then per block of 8 query positions
-(the query heads of the kv head together, 16 rows at hd 32) the scores of every key the block sees, 8 rows
-by 32 keys in sixteen 16-float accumulators; each row's softmax over its own keys (the block's other keys
-weigh exactly 0); and the weighted sum of values, 8 rows by hd in registers. GCC's vector extensions keep
-the lanes and the order of every sum fixed, so a row's result depends on its own query, its keys and its
-place in the chunk only, never on other rows of the call or on where a buffer sits in memory. It is not
-bitwise the flash path's (~3e-7 from float64 math, as it is ~1e-7).
+Why: ATen's flash kernel runs a chunk's attention at ~18-25 GMAC/s at head_dim 32, and the windowed chunk
+takes three of its calls and a merge. Here, per kv head: its keys transposed once; then per block of 8
+query positions (the query heads of the kv head together) the scores of every key the block sees in
+register tiles sized to the target (8 rows by 32 keys with AVX-512, 2 by 32 with AVX2), each row's softmax
+over its own keys, and the weighted values. Lanes and the order of every sum are fixed, so a row's result
+depends on its own query, keys and place in the chunk only. ~3e-7 from float64 math, not bitwise the flash
+path's. Whether it serves is decided per machine by runtime/native_ops.py.
 """
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """Native ops: a C++ source built once per machine with torch.utils.cpp_extension, or None where it cannot be.
 
-Contract: `native_op(env, name, source, function, fallback)` returns the built function `function` of
-`source`, or None where the environment variable `env` is 0 (`config.kernel_on`: 0 or 1, unset = 1; any
-other value is a ValueError naming it) or the build fails here (no C++ compiler, no ninja, a build error:
-said once on stderr, naming `fallback`, what serves instead). Each op is built the first time it is asked for
-(g++ with `-O3 -march=native`, ~20-40 s once), then loaded from torch's extension cache
-(~/.cache/torch_extensions) under a name holding a hash of this CPU's flags, so a home directory shared by
-machines of other kinds does not hand one of them another's build, and a hash of the source, so two builds
-of the engine on one machine (an A/B of a change to an op) each load their own instead of rebuilding over
-each other's. `PREAMBLE` is C++ every op shares, put in front of each source: the includes, the 16-float
-vector type and the softmax's exponential, one definition for a scalar and for 16 lanes.
+Contract: `native_op(env, name, source, function, fallback, march=None)` returns the built function
+`function` of `source`, or None where the switch `env` is 0 (kernel_switches), where the runtime chose ATen's
+path (`serve(name, "aten")`, runtime/native_ops.py), or where the build fails here (said once on stderr,
+naming `fallback`). g++ builds it with `-O3 -march=<march>` (`STRATA_NATIVE_MARCH`, default native), the
+compiler's warnings said on stderr and `-Wpsabi` an error, into torch's extension cache under a name that
+holds the level, a hash of this CPU's flags and a hash of the source. `PREAMBLE` is the C++ every op
+shares: the includes, `v16` (16 float lanes held in registers of the target's width) and the softmax's
+exponential, one definition for a scalar and for 16 lanes.
 """
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ import platform
 import sys
 import tempfile
 import threading
+import time
 
 from ..kernel_switches import kernel_on, native_march
 
@@ -172,8 +171,19 @@ def source_tag(source: str) -> str:
 
 def _build(name: str, source: str, function: str, fallback: str, env: str, march: str):
     level = "" if march == "native" else f"_{march.replace('-', '_').replace('.', '_')}"
+    module_name = f"{name}{level}_{machine_tag()}_{source_tag(source)}"
+    began = time.monotonic()
     try:
-        module = _load_showing_warnings(f"{name}{level}_{machine_tag()}_{source_tag(source)}", PREAMBLE + source, march)
+        from torch.utils.cpp_extension import _get_build_directory
+
+        fresh = not os.path.exists(os.path.join(_get_build_directory(module_name, verbose=False), f"{module_name}.so"))
+        if fresh:
+            print(f"strata-engine: building the native {function.replace('_', ' ')} for -march={march} (once per "
+                  f"machine and source, ~30-70 s)...", file=sys.stderr, flush=True)
+        module = _load_showing_warnings(module_name, PREAMBLE + source, march)
+        if fresh:
+            print(f"strata-engine: built the native {function.replace('_', ' ')} in {time.monotonic() - began:.0f} s",
+                  file=sys.stderr, flush=True)
         return getattr(module, function)
     except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
         print(f"strata-engine: the native {function.replace('_', ' ')} did not build for -march={march} "

@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import socket
 import sys
+import time
 from typing import Any, Callable, TextIO
 
 import uvicorn
@@ -90,6 +91,7 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
     """Serve until a signal; returns the exit status (0 after a clean shutdown, 1 if loading failed).
     `engine` is an Engine or a zero-argument callable that builds one (loaded while /health says 503)."""
     out = out or sys.stdout
+    began = time.monotonic()
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, log_level.upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sock = bind(host, port)
@@ -108,8 +110,9 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
             out.flush()
             log.info("serving %s at %s", state.model_name, url)
             compiled = state.engine.info().get("compiled") if state.engine is not None else None
-            if compiled:
-                log.info("compiled decode step: %d graph(s), %.1f s to compile", compiled["graphs"], compiled["compile_s"])
+            steps = f"; of it compiling the decode step: {compiled['compile_s']:.1f} s, {compiled['graphs']} graph(s)" \
+                if compiled else ""
+            print(f"strata-engine: ready in {time.monotonic() - began:.1f} s{steps}", file=sys.stderr, flush=True)
 
     def started() -> None:
         flags["started"] = True
