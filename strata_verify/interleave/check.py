@@ -20,7 +20,7 @@ from strata_verify.engine_proc import Target
 from strata_verify.interleave.concurrency import ConcurrencyWatch, CounterReader
 from strata_verify.interleave.run import InterleaveOptions, InterleaveRun, OneAtATime
 from strata_verify.interleave.steps import judge
-from strata_verify.requests import NAMES
+from strata_verify.requests import NAMES, SAMPLED, request_id
 
 def run_interleave(target: Target, options: InterleaveOptions) -> InterleaveRun:
     """Both phases, then the verdict. GateError when an engine cannot be started or a request fails."""
@@ -91,6 +91,7 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
     run.t0 = time.perf_counter()
     tasks = {name: client.task(name, ids[name], run.prompts[name], decode_tokens) for name in ("A", "B")}
     watch = ConcurrencyWatch(CounterReader(client.url, client.family.name), run.rel, opts.serial_window)
+    sampled: StreamTask | None = None
     try:
         for task in tasks.values():
             task.start()
@@ -98,6 +99,10 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
             _wait_both_decoding(tasks["A"], tasks["B"], opts.phase_timeout, watch)
         finally:
             run.concurrency = watch.describe()
+        # S: seeded sampling in decode batches beside A and B (the field's "interleaved == solo" at temperature > 0).
+        sampled = client.task(SAMPLED, ids[SAMPLED], run.prompts[SAMPLED], plan.sampled_tokens,
+                              sampling=opts.sampling).start()
+        run.sampled["interleaved"] = _finish(sampled, opts.phase_timeout, "seeded sampling while A and B decode")
         tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
         tasks["D"] = client.task("D", ids["D"], run.prompts["D"], plan.answer_tokens).start()
@@ -121,6 +126,9 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
     finally:
         for name in ("A", "B"):
             tasks[name].cancel()
+        if sampled is not None:
+            sampled.cancel()
+            sampled.join(30.0)
         for task in tasks.values():
             task.join(30.0)
         if feed:
@@ -150,7 +158,8 @@ def _wait_both_decoding(a: StreamTask, b: StreamTask, timeout: float, watch: Con
 
 
 def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
-    """Each request alone, one after another, with the number of tokens it got interleaved."""
+    """Each request alone, one after another, with the number of tokens it got interleaved; then S alone twice
+    (run 1, run 2), and S and E again not streamed (stream == non-stream)."""
     client.prepare()
     ids = run.ids("solo")
     for name in NAMES:
@@ -159,3 +168,15 @@ def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
         if answer.error:
             raise GateError(f"interleave: solo run of {name} failed: {answer.error}")
         run.solo[name] = answer
+    plan, sampling = run.options.plan, run.options.sampling
+    for key, phase in (("solo", "solo"), ("solo again", "solo2")):
+        answer = client.complete(SAMPLED, request_id(phase, SAMPLED, run.nonce), run.prompts[SAMPLED],
+                                 plan.sampled_tokens, sampling=sampling)
+        if answer.error:
+            raise GateError(f"interleave: seeded request S ({key}) failed: {answer.error}")
+        run.sampled[key] = answer
+    for name, tokens, how in ((SAMPLED, plan.sampled_tokens, sampling), ("E", plan.answer_tokens, None)):
+        answer = client.whole(name, request_id("whole", name, run.nonce), run.prompts[name], tokens, sampling=how)
+        if answer.error:
+            raise GateError(f"interleave: {name} not streamed failed: {answer.error}")
+        run.whole[name] = answer

@@ -9,11 +9,11 @@ from typing import Any
 
 from strata_bench.engines.feed import EventWatcher
 from strata_verify.behaviours import parse_lacks
-from strata_verify.client import Completion
+from strata_verify.client import Completion, Sampling
 from strata_verify.diverge import NEAR_TIE
 from strata_verify.engine_proc import Target
 from strata_verify.report import Step
-from strata_verify.requests import NAMES, InterleavePlan, request_id
+from strata_verify.requests import NAMES, SAMPLED, InterleavePlan, request_id
 
 from strata_verify.interleave.concurrency import SERIAL_WINDOW_S
 
@@ -32,6 +32,7 @@ class InterleaveOptions:
     request_timeout: float = 600.0
     lacks: frozenset[str] = frozenset()  # spec behaviours the engine is declared not to have (behaviours.py)
     serial_window: float = SERIAL_WINDOW_S  # seconds of "one running, one waiting" before one-at-a-time is believed
+    sampling: Sampling = field(default_factory=Sampling)  # S's seeded sampling
 
     def __post_init__(self) -> None:
         if not self.serial_window > 0:
@@ -61,10 +62,12 @@ class InterleaveRun:
     one_at_a_time: str | None = None  # why the server cannot interleave, when it cannot
     cache: str = ""  # what was done about the server's prefix cache
     concurrency: list[str] = field(default_factory=list)  # which evidence showed A and B together (or apart)
+    sampled: dict[str, Completion] = field(default_factory=dict)  # S: "interleaved", "solo", "solo again"
+    whole: dict[str, Completion] = field(default_factory=dict)  # S and E alone, not streamed (vs their solo streams)
     steps: list[Step] = field(default_factory=list)
 
     def ids(self, phase: str = "interleave") -> dict[str, str]:
-        return {name: request_id(phase, name, self.nonce) for name in NAMES}
+        return {name: request_id(phase, name, self.nonce) for name in (*NAMES, SAMPLED)}
 
     def rel(self, t: float | None) -> str:
         """A gate-clock time as seconds since the run began: `+1.234 s`."""
@@ -81,4 +84,7 @@ class InterleaveRun:
                 "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
                 "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
                 "solo": {k: answer(v) for k, v in self.solo.items()},
+                "sampled": {"sampling": self.options.sampling.describe(),
+                            **{k: {**answer(v), "text": v.text} for k, v in self.sampled.items()}},
+                "not streamed": {k: {**answer(v), "text": v.text} for k, v in self.whole.items()},
                 "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in events]}

@@ -15,6 +15,7 @@ from strata_bench.engines.compare import first_difference
 from strata_verify.behaviours import apply_declaration
 from strata_verify.diverge import compare_answers, logprob_delta
 from strata_verify.interleave.run import InterleaveRun
+from strata_verify.interleave.sampled import STEP_NAMES as FIELD_STEP_NAMES, judge_sampled
 from strata_verify.read_trace import place_to_look, resume_step
 from strata_verify.report import FAIL, INFO, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import NAMES
@@ -28,7 +29,7 @@ STEP_NAMES = ("A and B decode", "C read while A and B decode", "D gives way to E
 def judge(run: InterleaveRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
     if run.one_at_a_time is not None:
-        names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES)]
+        names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES), *FIELD_STEP_NAMES]
         evidence = (*run.concurrency, *((run.cache,) if run.cache else ()))
         return apply_declaration([Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, evidence, build)
                                   for name in names], run.options.lacks)
@@ -37,6 +38,7 @@ def judge(run: InterleaveRun) -> list[Step]:
     feed = run.watcher.events if run.watcher is not None and run.watcher.available else None
     steps.append(resume_step(CHECK, feed, {name: run.interleaved[name].request_id for name in NAMES}))
     steps.append(_logprobs(run))
+    steps += judge_sampled(run)  # the field's checks: seeded sampling, stream == non-stream (sampled.py)
     return apply_declaration([Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps],
                              run.options.lacks)
 

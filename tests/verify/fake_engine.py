@@ -13,6 +13,12 @@ loses its last position, `logprob-shift` a hit whose logprobs move by 0.019 whil
 (`strata_requests_running`, `strata_queue_length`) unless `--no-metrics`; `--serial` runs one request at a time
 (the others wait in the queue); `--stall-second-ms N` holds the first token of a request that starts while
 another streams by N ms (a starved HTTP front end: the engine runs both, the client sees one).
+`temperature` > 0 samples: tokens hash the seed too (a fresh one per request without `seed`), and every third
+sampled position reports a runner-up above the chosen token; `stream: false` returns one JSON response.
+`--sample-fault batch` mixes the requests running beside a draw into it, `--sample-fault advance` one engine-wide
+generator's state (the same seed draws differently each request), `--sample-fault greedy` ignores temperature;
+`--stream-fault last-token` renders a whole
+response's last token from the next position.
 
     python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
 """
@@ -69,6 +75,7 @@ class Fake:
     running: int = 0  # streams the engine serves now (the counters of GET /metrics)
     queued: int = 0  # streams waiting for the engine (--serial)
     stalled: bool = False  # --stall-second-ms was spent
+    sampled: int = 0  # sampled (temperature > 0) requests so far (--sample-fault advance)
     store_hits: int = 0  # hits the cache served from "the store" (GET /v1/engine prompt_cache.store_hits)
     cache: PrefixCache | None = None
 
@@ -227,11 +234,29 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             fake.waiting.append(job)
             fake.wake.set()
         want_lp = body.get("logprobs") is not None
+        temperature = float(body.get("temperature") or 0.0)
+        sampled = temperature > 0 and args.sample_fault != "greedy"  # seeded with `seed`, else fresh each request
+        seed = body.get("seed") if body.get("seed") is not None else uuid.uuid4().hex
+        draw = f"sample|{seed}|{temperature}|{body.get('top_p', 1.0)}|"
+        if sampled and args.sample_fault == "advance":  # one generator for the engine: its state moves per request
+            draw += f"n{fake.sampled}|"
+        fake.sampled += sampled
+        streamed = body.get("stream", True) is not False  # this fake streams unless told not to
+
+        def token(index: int) -> int:
+            salt = args.salt if index >= args.salt_from else ""
+            if sampled:
+                salt += draw
+                if args.sample_fault == "batch" and fake.in_flight > 1:  # the draw depends on what runs beside
+                    salt += f"batch{fake.in_flight}|"
+            if not streamed and args.stream_fault == "last-token" and index == max_tokens - 1:
+                index += 1  # the whole response renders its last token from the wrong position
+            return token_at(answer_ids, index, args.vocab, salt)
 
         def chunk(index: int) -> dict:
-            token = token_at(answer_ids, index, args.vocab, args.salt if index >= args.salt_from else "")
-            choice = {"index": 0, "text": f" t{token}", "finish_reason": "length" if index == max_tokens - 1 else None,
-                      "token_ids": [token], "logprobs": None}
+            tok = token(index)
+            choice = {"index": 0, "text": f" t{tok}", "finish_reason": "length" if index == max_tokens - 1 else None,
+                      "token_ids": [tok], "logprobs": None}
             if index == 0:
                 choice["prompt_token_ids"] = prompt_ids
             if want_lp:
@@ -239,12 +264,15 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 lp -= shift  # logprob-shift: a hit attends to one stale position; the greedy token stays
                 if args.logprob_jitter and fake.in_flight > 1:
                     lp += args.logprob_jitter  # batch-shape-dependent rounding, as a real kernel might have
-                choice["logprobs"] = {"tokens": [f" t{token}"], "token_logprobs": [lp],
-                                      "top_logprobs": [{f" t{token}": lp, " alt": lp - margin}], "text_offset": [0]}
+                # A sampled token is not always the top-1: every third position drew the runner-up.
+                alt = lp + margin if sampled and tok % 3 == 0 else lp - margin
+                choice["logprobs"] = {"tokens": [f" t{tok}"], "token_logprobs": [lp],
+                                      "top_logprobs": [{f" t{tok}": lp, " alt": alt}], "text_offset": [0]}
             return {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time()), "model": "fake",
                     "choices": [choice]}
 
-        async def stream():
+        async def produce():
+            """Each token's chunk, then the usage chunk (choices empty); the streamed and whole forms share it."""
             held = False
             if args.serial:
                 fake.queued += 1
@@ -268,14 +296,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         await asyncio.sleep(args.stall_second_ms / 1000)
                     await fake.decode_allowed.wait()
                     job.first_out.set()
-                    yield f"data: {json.dumps(chunk(index))}\n\n"
+                    yield chunk(index)
                 usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
                          "total_tokens": len(prompt_ids) + max_tokens}
                 if fake.cache is not None:
                     usage["prompt_tokens_details"] = {"cached_tokens": hit.cached_tokens}
-                yield "data: " + json.dumps({"id": f"cmpl-{rid}", "object": "text_completion", "choices": [],
-                                             "usage": usage}) + "\n\n"
-                yield "data: [DONE]\n\n"
+                yield {"id": f"cmpl-{rid}", "object": "text_completion", "choices": [], "usage": usage}
                 await fake.emit("FINISH", rid)
                 if fake.cache is not None:  # the slot keeps the prompt and the answer's tokens
                     answer = [token_at(answer_ids, i, args.vocab) for i in range(max_tokens - 1)]
@@ -287,6 +313,22 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 if held:
                     fake.serial_lock.release()
 
+        async def stream():
+            async for event in produce():
+                yield f"data: {json.dumps(event)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        if not streamed:  # one JSON response: the choices' fields joined, as OpenAI's non-streaming form
+            events = [event async for event in produce()]
+            choices = [e["choices"][0] for e in events if e["choices"]]
+            whole = {"index": 0, "text": "".join(c["text"] for c in choices), "finish_reason": choices[-1]["finish_reason"],
+                     "token_ids": [t for c in choices for t in c["token_ids"]], "prompt_token_ids": prompt_ids,
+                     "logprobs": None}
+            if want_lp:
+                whole["logprobs"] = {key: [v for c in choices for v in c["logprobs"][key]]
+                                     for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+            return JSONResponse({**{k: v for k, v in events[-1].items() if k != "usage"}, "choices": [whole],
+                                 "usage": events[-1]["usage"]})
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
@@ -318,6 +360,12 @@ def main(argv: list[str] | None = None) -> None:
                         "salt-leak: cache_salt is ignored (prefixes cross salts); store-restore: a hit from the store "
                         "answers without its last cached position; logprob-shift: a hit's logprobs move 0.019, "
                         "its tokens do not")
+    parser.add_argument("--sample-fault", default="", choices=("", "batch", "advance", "greedy"),
+                        help="batch: a seeded draw depends on the requests running beside it; advance: one generator "
+                        "for the engine, so the same seed draws differently on every request; greedy: temperature "
+                        "is ignored")
+    parser.add_argument("--stream-fault", default="", choices=("", "last-token"),
+                        help="last-token: a response not streamed renders its last token from the wrong position")
     parser.add_argument("--no-metrics", action="store_true", help="no GET /metrics (no engine counters)")
     parser.add_argument("--serial", action="store_true", help="one request at a time; the others wait in the queue")
     parser.add_argument("--stall-second-ms", type=float, default=0.0,

@@ -64,7 +64,8 @@ def test_interleave_passes_on_a_correct_engine(scenario):
     assert "C read in 4 pieces" in out.stdout and "D gave way at" in out.stdout
     root = ET.parse(tmp / "pass.xml").getroot()
     assert sum(int(s.get("failures")) for s in root.iter("testsuite")) == 0
-    assert sum(int(s.get("tests")) for s in root.iter("testsuite")) == 10  # 3 interleavings, 5 equalities, resume offsets, logprobs
+    # 3 interleavings, 5 equalities, resume offsets, logprobs; the field's: S seeded twice, S and E stream == non-stream
+    assert sum(int(s.get("tests")) for s in root.iter("testsuite")) == 14
 
 
 def test_perturbed_interleaved_token_fails_with_its_index(scenario):

@@ -37,6 +37,14 @@ def make_run(info=PIECED, yielded=True, c_pieces=4, events_available=True):
                        "D": answer("D", 2.9, [4.05 + 0.01 * i for i in range(16)]),
                        "E": answer("E", 3.05, [3.5 + 0.01 * i for i in range(16)])}
     run.solo = {k: answer(k, 0.0, v.times, v.token_ids) for k, v in run.interleaved.items()}
+    # S, seeded: sampled 0.5-0.8 s beside A and B; alone twice; S and E again not streamed
+    s_ids, tops = [20 + i for i in range(4)], [{"x": -0.1}, None, None, None]  # token 0 drew off the argmax
+    run.prompts["S"] = [6] * 48
+    run.sampled = {"interleaved": answer("S", 0.45, [0.5, 0.6, 0.7, 0.8], s_ids),
+                   "solo": answer("S", 0.0, [0.1] * 4, s_ids), "solo again": answer("S", 0.0, [0.1] * 4, s_ids)}
+    for sampled in run.sampled.values():
+        sampled.ended_at, sampled.top_logprobs = sampled.times[-1], list(tops)
+    run.whole = {"S": answer("S", 0.0, [0.1] * 4, s_ids), "E": answer("E", 0.0, [0.1] * 16, run.solo["E"].token_ids)}
     w = EventWatcher("http://unused")
     w.available = events_available
     evs = [event(0, "READ_START", "C", 1.0)]
@@ -64,6 +72,22 @@ def test_everything_proved_passes():
     assert d.status == PASS and "512 tokens" in d.reason and any("YIELDED 2 512" in e for e in d.evidence)
     assert all(steps[f"{n} interleaved == solo"].status == PASS for n in "ABCDE")
     assert steps["logprobs interleaved vs solo"].status == INFO
+    for name in ("S seeded: interleaved == solo", "S seeded: run 1 == run 2", "S stream == non-stream",
+                 "E stream == non-stream"):
+        assert steps[name].status == PASS, steps[name]
+
+
+def test_seeded_sampling_not_beside_a_and_b_is_not_exercised_and_a_difference_fails():
+    run = make_run()
+    run.sampled["interleaved"].times = [6.5, 6.6, 6.7, 6.8]  # after A and B's last tokens
+    run.sampled["interleaved"].ended_at = 6.8
+    steps = by_name(judge(run))
+    assert steps["S seeded: interleaved == solo"].status == NOT_EXERCISED
+    run.sampled["solo again"].token_ids[2] += 1
+    run.whole["E"].text = "changed"
+    steps = by_name(judge(run))
+    assert steps["S seeded: run 1 == run 2"].status == FAIL and "at token 2" in steps["S seeded: run 1 == run 2"].reason
+    assert steps["E stream == non-stream"].status == FAIL and "text differs" in steps["E stream == non-stream"].reason
 
 
 def test_no_yield_is_not_exercised():
