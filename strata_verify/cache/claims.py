@@ -114,6 +114,22 @@ def store_step(run: CacheRun) -> Step:
     return Step(CHECK, STORE, NOT_EXERCISED, why, tuple(evidence))
 
 
+def _shared_within_salt(run: CacheRun, turn: Turn) -> int:
+    """The longest prompt prefix `turn` shares with any other request of its own salt (unsalted with unsalted):
+    a cache that keeps salts apart may serve that much (a first token in common with another session's)."""
+    best = 0
+    for other in run.turns.values():
+        if other is turn or other.salt != turn.salt:
+            continue
+        same = 0
+        for a, b in zip(turn.prompt, other.prompt):
+            if a != b:
+                break
+            same += 1
+        best = max(best, same)
+    return best
+
+
 def salts_step(run: CacheRun) -> Step:
     turns = {t.name: t for t in run.of("salts")}
     if not turns:
@@ -132,9 +148,10 @@ def salts_step(run: CacheRun) -> Step:
         cached = max([turn.served.cached_prompt_tokens or 0] + [int(e.get("tokens") or 0) for e in hits])
         evidence.append(f"{name}: salt {turn.salt or '(none)'}, {len(turn.prompt)} prompt tokens, {cached} cached"
                         + (f" (CACHE_HIT from {hits[0].get('source')})" if hits else ""))
-        if name in ("x.other-salt", "x.no-salt") and cached:
+        own = _shared_within_salt(run, turn)  # what a cache may serve it from requests of its own salt
+        if name in ("x.other-salt", "x.no-salt") and cached > own:
             crossed.append(f"request {name} (salt {turn.salt or 'none'}, {turn.served.request_id}) took {cached} "
-                           f"cached tokens of x.holder's prefix (salt a)")
+                           f"cached tokens where requests of its own salt share {own}: x.holder's prefix (salt a)")
     if crossed:
         return Step(CHECK, SALTS, FAIL, "; ".join(crossed), tuple(evidence))
     control = turns.get("x.same-salt")

@@ -212,4 +212,4 @@ def test_a_cache_that_ignores_the_salt_fails_isolation_and_only_isolation():
     assert result.returncode == 1, result.stdout + result.stderr
     failed = _failed(result)
     assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], result.stdout
-    assert "took 256 cached tokens of x.holder's prefix (salt a)" in failed[0]
+    assert "took 256 cached tokens where requests of its own salt share 0: x.holder's prefix (salt a)" in failed[0]
