@@ -174,9 +174,16 @@ def _build(name: str, source: str, function: str, fallback: str, env: str, march
     module_name = f"{name}{level}_{machine_tag()}_{source_tag(source)}"
     began = time.monotonic()
     try:
-        from torch.utils.cpp_extension import _get_build_directory
+        from torch.utils.cpp_extension import _get_build_directory, _import_module_from_library
 
-        fresh = not os.path.exists(os.path.join(_get_build_directory(module_name, verbose=False), f"{module_name}.so"))
+        build_dir = _get_build_directory(module_name, verbose=False)
+        fresh = not os.path.exists(os.path.join(build_dir, f"{module_name}.so"))
+        if not fresh:  # built before: import it, without torch's build lock (one a killed process left would hang us)
+            try:
+                return getattr(_import_module_from_library(module_name, build_dir, True), function)
+            except (ImportError, AttributeError, OSError):
+                fresh = True  # a partial build: build it again
+        _clear_stale_lock(build_dir)
         if fresh:
             print(f"strata-engine: building the native {function.replace('_', ' ')} for -march={march} (once per "
                   f"machine and source, ~30-70 s)...", file=sys.stderr, flush=True)
@@ -190,6 +197,17 @@ def _build(name: str, source: str, function: str, fallback: str, env: str, march
               f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); "
               f"{fallback} ({env}=0 skips the build)", file=sys.stderr)
         return None
+
+
+def _clear_stale_lock(build_dir: str, older_than_s: float = 600.0) -> None:
+    """torch's build lock left by a process killed mid-build makes every later build of the op wait forever."""
+    lock = os.path.join(build_dir, "lock")
+    try:
+        if time.time() - os.path.getmtime(lock) > older_than_s:
+            os.remove(lock)
+            print(f"strata-engine: removed a stale build lock ({lock})", file=sys.stderr)
+    except OSError:
+        pass
 
 
 def _load_showing_warnings(module_name: str, code: str, march: str):
