@@ -12,14 +12,16 @@ exponential, one definition for a scalar and for 16 lanes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
-from ..kernel_switches import kernel_on, native_march
+from ..kernel_switches import cache_dir, kernel_mode, kernel_on, native_march
 
 PREAMBLE = r"""
 #include <torch/extension.h>
@@ -141,12 +143,53 @@ def serve(name: str, path: str | None) -> None:
         _serving[name] = path
 
 
-def native_op(env: str, name: str, source: str, function: str, fallback: str, march: str | None = None):
-    """The built op, or None (turned off by `env` or by `serve(name, "aten")`, or no build here: the reason
-    once on stderr). `march` is g++'s -march (default `STRATA_NATIVE_MARCH`, else native): tests and
-    benchmarks build each ISA level."""
-    if not kernel_on(env) or (march is None and _serving.get(name) == "aten"):
+def serving(name: str) -> str | None:
+    """The path set for op `name` in this process (None: as built)."""
+    return _serving.get(name)
+
+
+def verdicts_path() -> Path:
+    """Where the runtime keeps each op's verdict for this machine (runtime/native_ops.py writes it)."""
+    return cache_dir() / "kernel-verdicts.json"
+
+
+def verdict_key(name: str, source: str, march: str) -> str:
+    """A verdict holds for this CPU's flags, this torch, the op's source and its -march."""
+    import torch
+
+    return " | ".join([name, machine_tag(), f"torch {torch.__version__}", source_tag(source), march])
+
+
+_looked: dict[str, float] = {}
+
+
+def _machine_verdict(name: str, source: str, march: str) -> str | None:
+    """The path this machine's kept verdict names for the op, so a process that never raced (a test, a
+    benchmark) serves what the engines here serve; read at most every 5 s while there is none."""
+    now = time.monotonic()
+    if now - _looked.get(name, -1e9) < 5.0:
         return None
+    _looked[name] = now
+    try:
+        found = json.loads(verdicts_path().read_text()).get(verdict_key(name, source, march))
+    except (OSError, ValueError, AttributeError):
+        return None
+    if found:
+        _serving[name] = found["path"]
+        return found["path"]
+    return None
+
+
+def native_op(env: str, name: str, source: str, function: str, fallback: str, march: str | None = None):
+    """The built op, or None (turned off by `env`, by `serve(name, "aten")` or by this machine's kept verdict,
+    or no build here: the reason once on stderr). `march` is g++'s -march (default `STRATA_NATIVE_MARCH`, else
+    native): tests and benchmarks build each ISA level, which no verdict turns off."""
+    if not kernel_on(env):
+        return None
+    if march is None:
+        path = _serving.get(name) or (_machine_verdict(name, source, native_march()) if kernel_mode(env) == "auto" else None)
+        if path == "aten":
+            return None
     march = march or native_march()
     with _lock:
         if (name, march) not in _built:

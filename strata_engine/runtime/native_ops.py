@@ -6,8 +6,9 @@ serves in this process (model/native_build.serve) and returns what `report()` re
 why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
-keyed by the CPU's flags, torch, the op's source, its -march and the shapes, so later starts read it
-instead of racing, and every engine on the machine serves the same path (the first verdict written wins).
+keyed by the CPU's flags, torch, the op's source and its -march, so later starts read it instead of
+racing, and every process on the machine serves the same path (the first verdict written wins; a process
+that never raced reads it too: model/native_build.py).
 """
 from __future__ import annotations
 
@@ -16,12 +17,11 @@ import json
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ..kernel_switches import cache_dir, kernel_mode, native_march
+from ..kernel_switches import kernel_mode, native_march
 from ..model import chunk_kernel, expert_kernel, native_build
 from ..model.attention import aten_row, attend_row
 from ..model.transformer import MoE
@@ -62,11 +62,12 @@ def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[floa
 
 @contextmanager
 def _serving(name: str, path: str):
+    before = native_build.serving(name)
     native_build.serve(name, path)
     try:
         yield
     finally:
-        native_build.serve(name, None)
+        native_build.serve(name, before)
 
 
 def _chunk_arms(model, chunk: int, name: str):
@@ -143,7 +144,7 @@ def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: b
             continue
         if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
             continue
-        native_build.serve(name, None)
+        native_build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
         if mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
@@ -163,8 +164,7 @@ def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: b
 def _verdict(label: str, name: str, source: str, arms_of, model, size: int, threads: int | None) -> dict:
     arms, shapes = arms_of(model, size, name)
     threads = threads or torch.get_num_threads()
-    key = " | ".join([label, native_build.machine_tag(), f"torch {torch.__version__}", native_build.source_tag(source),
-                      native_march(), shapes, f"{threads} thread(s)"])
+    key = native_build.verdict_key(name, source, native_march())  # raced on this model's shapes, kept for the machine
     cached = _cache_read().get(key)
     if cached is not None:
         return {**cached, "why": f"{cached['why']}; measured earlier on this machine"}
@@ -182,20 +182,16 @@ def _verdict(label: str, name: str, source: str, arms_of, model, size: int, thre
     return _cache_write(key, verdict)
 
 
-def _cache_path() -> Path:
-    return cache_dir() / "kernel-verdicts.json"
-
-
 def _cache_read() -> dict:
     try:
-        return json.loads(_cache_path().read_text())
+        return json.loads(native_build.verdicts_path().read_text())
     except (OSError, ValueError):
         return {}
 
 
 def _cache_write(key: str, verdict: dict) -> dict:
     """Keep `verdict` unless another process wrote one for `key` first; returns the one that stands."""
-    path = _cache_path()
+    path = native_build.verdicts_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "w") as lock:

@@ -66,7 +66,9 @@ def greedy(model: Transformer, prompt: Sequence[int], new_tokens: int, chunk: in
 
 def native_op_or_skip(getter: Callable[[], Callable | None], what: str) -> Callable:
     """A native op (model/native_build.py) for its tests, built here, or the test skips saying why it could not be."""
-    op = getter()
+    from strata_engine.kernel_switches import native_march
+
+    op = getter(march=native_march())  # the op itself, whatever this machine's verdict serves
     if op is None:
         pytest.skip(f"the native {what} could not be built here (no C++ compiler or ninja)")
     return op

@@ -15,6 +15,7 @@ from strata_engine.model.weights import load_model
 from strata_engine.runtime.dist.pipeline import DistPipeline, StageRankError
 from strata_engine.runtime.dist.ranks import LocalRanks
 from strata_engine.runtime.dist.wire import Kind, StageError, WirePart, decode, encode
+from strata_engine.runtime.native_ops import choose as choose_kernels
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 
 from tokens_equal import assert_tokens_equal
@@ -59,6 +60,7 @@ def pipelines():
     ranks = DistPipeline(LocalRanks(2), STAGES, MODEL, num_slots=4, ctx=64, dtype=torch.float32, hidden_size=256,
                          vocab_size=258, threads=1, timeout_s=60)
     model, _ = load_model(MODEL, dtype=torch.float32)
+    choose_kernels(model, 256, 4, 1, decode=False)  # as each rank does: the same path serves each op
     split_layers(model, STAGES, torch.float32)
     threads = Pipeline(model, STAGES, num_slots=4, ctx=64, dtype=torch.float32, threads=1)
     yield ranks, threads

@@ -16,6 +16,12 @@ from strata_engine.model.transformer import MoE
 from helpers import greedy, native_op_or_skip
 
 
+@pytest.fixture(autouse=True)
+def the_op_serves(monkeypatch):
+    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
+    monkeypatch.setenv(expert_kernel.ENV, "1")
+
+
 @pytest.fixture(scope="module")
 def native():
     return native_op_or_skip(expert_kernel.native_routed_experts, "routed experts")

@@ -17,7 +17,7 @@ from helpers import native_op_or_skip
 @pytest.fixture
 def model(tmp_path, monkeypatch):
     native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
-    monkeypatch.setattr(native_ops, "_cache_path", lambda: tmp_path / "kernel-verdicts.json")
+    monkeypatch.setattr(native_build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
     monkeypatch.setattr(native_ops, "ROUNDS", 3)
     model, _ = load_model("strata-tiny-moe")
     yield model
@@ -79,7 +79,7 @@ def test_the_engine_reports_its_kernels(monkeypatch, tmp_path):
     from strata_engine import Engine
 
     native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
-    monkeypatch.setattr(native_ops, "_cache_path", lambda: tmp_path / "kernel-verdicts.json")
+    monkeypatch.setattr(native_build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
     fake_clock(monkeypatch, native_s=5e-3, aten_s=1e-3)
     try:
         with Engine.from_pretrained("strata-tiny-moe", batch=2, stage_workers="thread") as engine:
