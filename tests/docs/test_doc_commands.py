@@ -76,7 +76,7 @@ class SimServer:
     def __init__(self, cwd: Path, env: dict[str, str]):
         self.proc = subprocess.Popen(["strata-engine", "serve", "--executor", "sim", "--time-scale", "50", "--port", "0"],
                                      cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.url = self.proc.stdout.readline().strip().split("url=", 1)[-1]
+        self.url = (self.proc.stdout.readline().split("url=", 1)[-1].split() or [""])[0]
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -161,7 +161,7 @@ def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
     try:
         line = server.stdout.readline()
         assert line.startswith("STRATA_READY url="), (line, server.poll())
-        url = line.strip().split("url=", 1)[1]
+        url = line.split("url=", 1)[1].split()[0]
         wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 300, "the engine and its ranks to load")
         ranks = children(server.pid)
         assert len(ranks) == 2, f"expected two stage ranks under the server, found {ranks}"
