@@ -28,6 +28,7 @@ from ..model.transformer import MoE
 from . import decode_kernel
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
+RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
 SAMPLE_S = 0.004  # a sample is the mean of as many calls as take about this long
 
 _report: dict[str, dict] = {}
@@ -153,7 +154,8 @@ def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: b
         elif mode == "native":
             verdict = {"path": "native", "why": f"{env}=1"}
         else:
-            verdict = _verdict(label, name, source, arms_of, model, batch if label == "decode attention" else prefill_chunk,
+            # raced on the default layout's 256-token chunks whatever this engine's chunk: one verdict a machine
+            verdict = _verdict(label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK,
                                threads)
         native_build.serve(name, verdict["path"])
         _report[label] = {**verdict, "march": native_march()}
