@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from strata_bench.provenance import device_info  # noqa: E402
+from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row, attend_row  # noqa: E402
 from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
@@ -136,14 +136,6 @@ ISA_LEVELS = {"x86-64-v2": ("default", "SSE4_2", {"sse4_2", "popcnt"}),
               "x86-64-v4": ("avx512", "AVX512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"})}
 
 
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split(":")[-1].split())
-    except OSError:
-        return set()
-
-
 def at_isa(level: str | None, argv: list[str]) -> None:
     """Re-run this script with the native ops, ATen and MKL all at `level` (returns where already so)."""
     if level is None or os.environ.get("STRATA_NATIVE_MARCH") == level:
@@ -151,7 +143,7 @@ def at_isa(level: str | None, argv: list[str]) -> None:
     if level not in ISA_LEVELS:
         sys.exit(f"--isa: {level!r} is not one of {', '.join(ISA_LEVELS)}")
     aten, mkl, needs = ISA_LEVELS[level]
-    if missing := needs - cpu_flags():
+    if missing := needs - set(cpu_flags()):
         sys.exit(f"--isa {level}: this CPU lacks {', '.join(sorted(missing))}, so it cannot run code of that level")
     env = {**os.environ, "STRATA_NATIVE_MARCH": level, "ATEN_CPU_CAPABILITY": aten, "MKL_ENABLE_INSTRUCTIONS": mkl}
     os.execve(sys.executable, [sys.executable, *argv], env)

@@ -87,7 +87,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
-        kernels = choose_kernels(model, sched.prefill_chunk, sched.batch, threads, decode=config.compile)
+        kernels = choose_kernels(model, sched.batch, threads, decode=config.compile)
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
                             compile=config.compile, decode_all_threads=sched.decode_all_threads, gemms=gemms)

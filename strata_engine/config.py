@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from .kernel_switches import KERNEL_ENVS, kernel_mode
+
 # Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
 ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
     "STRATA_PIPED_READ_PIECE": ("piped_read_piece", int, 0, 0),
@@ -40,7 +42,6 @@ def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") ->
     return value
 
 
-from .kernel_switches import KERNEL_ENVS, kernel_mode, kernel_on, native_march  # noqa: F401 (their home)
 STAGE_RANKS = ("launch", "join")
 # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
 # (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
@@ -201,7 +202,7 @@ class EngineConfig:
         if self.compile:
             self.compiled_gemms()  # a bad STRATA_COMPILED_GEMMS is named before anything loads
         for name in KERNEL_ENVS if self.executor == "torch" else ():
-            kernel_on(name, self.env)  # so is a bad kernel switch
+            kernel_mode(name, self.env)  # so is a bad kernel switch
         if self.stage_ranks == "join" and self.stage_workers != "dist":
             raise ValueError("--stage-ranks join needs --stage-workers dist")
         if not isinstance(self.prompt_cache_mib, int) or self.prompt_cache_mib < 0:

@@ -1,9 +1,9 @@
 """The native ops' switches: which path serves each op, and the ISA level the ops are built for.
 
 Contract: `kernel_mode(name)` reads one op's variable (`KERNEL_ENVS`): auto or unset = the faster of the op
-and ATen's calls as measured on this machine (runtime/kernel_verdicts.py), 1 = the op, 0 = ATen's calls;
-anything else raises naming the variable. `native_march()` is g++'s -march for every op (default native); `cache_dir()` where per-machine
-verdicts and profiles are kept.
+and ATen's calls as measured on this machine (runtime/native_ops.py), 1 = the op, 0 = ATen's calls;
+anything else raises naming the variable. `native_march()` is g++'s -march for every op (default
+native); `cache_dir()` is where per-machine verdicts are kept.
 """
 from __future__ import annotations
 
@@ -27,11 +27,6 @@ def kernel_mode(name: str, env: Mapping[str, str] | None = None) -> str:
     return KERNEL_MODES[value]
 
 
-def kernel_on(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """Whether the native op may serve (auto or 1)."""
-    return kernel_mode(name, env) != "aten"
-
-
 def native_march(env: Mapping[str, str] | None = None) -> str:
     """`STRATA_NATIVE_MARCH`: the ISA level the native ops are built for (g++'s -march), default native."""
     value = (os.environ if env is None else env).get(NATIVE_MARCH_ENV, "").strip() or "native"
@@ -39,8 +34,6 @@ def native_march(env: Mapping[str, str] | None = None) -> str:
         raise ValueError(f"{NATIVE_MARCH_ENV} must be a g++ -march value (native, x86-64-v2, x86-64-v3, x86-64-v4, ...), "
                          f"got {value!r}")
     return value
-
-
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..kernel_switches import cache_dir, kernel_mode, kernel_on, native_march
+from ..kernel_switches import cache_dir, kernel_mode, native_march
 
 PREAMBLE = r"""
 #include <torch/extension.h>
@@ -160,6 +160,15 @@ def verdict_key(name: str, source: str, march: str) -> str:
     return " | ".join([name, machine_tag(), f"torch {torch.__version__}", source_tag(source), march])
 
 
+def read_verdicts() -> dict:
+    """This machine's kept verdicts ({} where there are none or the file is unreadable)."""
+    try:
+        table = json.loads(verdicts_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
 _looked: dict[str, float] = {}
 
 
@@ -170,10 +179,7 @@ def _machine_verdict(name: str, source: str, march: str) -> str | None:
     if now - _looked.get(name, -1e9) < 5.0:
         return None
     _looked[name] = now
-    try:
-        found = json.loads(verdicts_path().read_text()).get(verdict_key(name, source, march))
-    except (OSError, ValueError, AttributeError):
-        return None
+    found = read_verdicts().get(verdict_key(name, source, march))
     if found:
         _serving[name] = found["path"]
         return found["path"]
@@ -184,13 +190,14 @@ def native_op(env: str, name: str, source: str, function: str, fallback: str, ma
     """The built op, or None (turned off by `env`, by `serve(name, "aten")` or by this machine's kept verdict,
     or no build here: the reason once on stderr). `march` is g++'s -march (default `STRATA_NATIVE_MARCH`, else
     native): tests and benchmarks build each ISA level, which no verdict turns off."""
-    if not kernel_on(env):
+    mode = kernel_mode(env)  # asked on every prompt chunk: one read of the switch
+    if mode == "aten":
         return None
     if march is None:
-        path = _serving.get(name) or (_machine_verdict(name, source, native_march()) if kernel_mode(env) == "auto" else None)
+        march = native_march()
+        path = _serving.get(name) or (_machine_verdict(name, source, march) if mode == "auto" else None)
         if path == "aten":
             return None
-    march = march or native_march()
     with _lock:
         if (name, march) not in _built:
             _built[name, march] = _build(name, source, function, fallback, env, march)

@@ -1,9 +1,8 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
-Contract: `choose(model, prefill_chunk, batch, threads, decode)` decides, for each native op the model uses
+Contract: `choose(model, batch, threads, decode)` decides, for each native op the model uses
 (chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
-serves in this process (model/native_build.serve) and returns what `report()` returns: per op its path and
-why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
+serves in this process (model/native_build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
 keyed by the CPU's flags, torch, the op's source and its -march, so later starts read it instead of
@@ -30,14 +29,6 @@ from . import decode_kernel
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
 SAMPLE_S = 0.004  # a sample is the mean of as many calls as take about this long
-
-_report: dict[str, dict] = {}
-
-
-def report() -> dict[str, dict]:
-    """Per op label: {"path": "native" | "aten", "why": ..., and where measured native_ms / aten_ms}."""
-    return {label: dict(v) for label, v in _report.items()}
-
 
 def time_calls(arm: str, fn: Callable[[], object], calls: int) -> float:
     """Seconds per call of `calls` calls of fn (`arm` names the path: a test fakes the clock through it)."""
@@ -135,8 +126,10 @@ OPS = {
 }
 
 
-def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
-    """Decide and install the serving path of each op the model uses (see the module's contract)."""
+def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
+    """Decide and install the serving path of each op the model uses (see the module's contract): per op label
+    {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms / aten_ms}."""
+    chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
     for label, (env, name, accessor, source, arms_of) in OPS.items():
         if label == "decode attention" and not decode:
@@ -158,16 +151,16 @@ def choose(model, prefill_chunk: int, batch: int, threads: int | None, decode: b
             verdict = _verdict(label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK,
                                threads)
         native_build.serve(name, verdict["path"])
-        _report[label] = {**verdict, "march": native_march()}
+        chosen[label] = {**verdict, "march": native_march()}
         print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
-    return report()
+    return chosen
 
 
 def _verdict(label: str, name: str, source: str, arms_of, model, size: int, threads: int | None) -> dict:
     arms, shapes = arms_of(model, size, name)
     threads = threads or torch.get_num_threads()
     key = native_build.verdict_key(name, source, native_march())  # raced on this model's shapes, kept for the machine
-    cached = _cache_read().get(key)
+    cached = native_build.read_verdicts().get(key)
     if cached is not None:
         return {**cached, "why": f"{cached['why']}; measured earlier on this machine"}
     before = torch.get_num_threads()
@@ -184,13 +177,6 @@ def _verdict(label: str, name: str, source: str, arms_of, model, size: int, thre
     return _cache_write(key, verdict)
 
 
-def _cache_read() -> dict:
-    try:
-        return json.loads(native_build.verdicts_path().read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _cache_write(key: str, verdict: dict) -> dict:
     """Keep `verdict` unless another process wrote one for `key` first; returns the one that stands."""
     path = native_build.verdicts_path()
@@ -198,7 +184,7 @@ def _cache_write(key: str, verdict: dict) -> dict:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            table = _cache_read()
+            table = native_build.read_verdicts()
             if key in table:
                 return table[key]
             table[key] = verdict

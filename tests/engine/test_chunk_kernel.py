@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.config import KERNEL_ENVS, EngineConfig
+from strata_engine.config import EngineConfig
+from strata_engine.kernel_switches import KERNEL_ENVS
 from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row, attend_row
 

@@ -60,7 +60,7 @@ def pipelines():
     ranks = DistPipeline(LocalRanks(2), STAGES, MODEL, num_slots=4, ctx=64, dtype=torch.float32, hidden_size=256,
                          vocab_size=258, threads=1, timeout_s=60)
     model, _ = load_model(MODEL, dtype=torch.float32)
-    choose_kernels(model, 256, 4, 1, decode=False)  # as each rank does: the same path serves each op
+    choose_kernels(model, 4, 1, decode=False)  # as each rank does: the same path serves each op
     split_layers(model, STAGES, torch.float32)
     threads = Pipeline(model, STAGES, num_slots=4, ctx=64, dtype=torch.float32, threads=1)
     yield ranks, threads

@@ -8,6 +8,7 @@ import platform
 import pytest
 import torch
 
+from strata_bench.provenance import cpu_flags
 from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row
 from strata_engine.runtime import decode_kernel
@@ -18,15 +19,10 @@ pytestmark = pytest.mark.slow
 LEVELS = {"x86-64-v2": {"sse4_2"}, "x86-64-v3": {"avx2", "fma"}, "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"}}
 
 
-def _flags() -> set[str]:
-    with open("/proc/cpuinfo") as f:
-        return set(next((line for line in f if line.startswith("flags")), "").split(":")[-1].split())
-
-
 def _runnable() -> list[str]:
     if platform.machine() != "x86_64":
         return []
-    flags = _flags()
+    flags = set(cpu_flags())
     return [level for level, needs in LEVELS.items() if needs <= flags]
 
 

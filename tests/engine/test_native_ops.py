@@ -46,7 +46,7 @@ def _chunk(seed: int = 0):
 
 def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
     fake_clock(monkeypatch, native_s=2e-3, aten_s=1e-3)
-    kernels = native_ops.choose(model, 64, 4, 1, decode=False)
+    kernels = native_ops.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"]["path"] == "aten"
     assert "2.00x ATen's time" in kernels["chunk attention"]["why"]
     assert chunk_kernel.native_chunk_attention() is None  # what attend_row asks: the flash paths serve
@@ -57,10 +57,10 @@ def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
 
 def test_a_faster_op_serves_and_the_verdict_is_kept_for_the_next_start(model, monkeypatch):
     fake_clock(monkeypatch, native_s=1e-3, aten_s=3e-3)
-    first = native_ops.choose(model, 64, 4, 1, decode=False)
+    first = native_ops.choose(model, 4, 1, decode=False)
     assert first["chunk attention"]["path"] == "native" and chunk_kernel.native_chunk_attention() is not None
     asked = fake_clock(monkeypatch, native_s=9.0, aten_s=1e-3)  # a later start would measure otherwise
-    again = native_ops.choose(model, 64, 4, 1, decode=False)
+    again = native_ops.choose(model, 4, 1, decode=False)
     assert asked == [] and again["chunk attention"]["path"] == "native"
     assert "measured earlier on this machine" in again["chunk attention"]["why"]
 
@@ -69,7 +69,7 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
     asked = fake_clock(monkeypatch, native_s=1e-3, aten_s=3e-3)
     monkeypatch.setenv(chunk_kernel.ENV, "0")
     monkeypatch.setenv("STRATA_EXPERT_KERNEL", "1")
-    kernels = native_ops.choose(model, 64, 4, 1, decode=False)
+    kernels = native_ops.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"] == {"path": "aten", "why": "STRATA_CHUNK_KERNEL=0", "march": "native"}
     assert kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
     assert asked == []

@@ -90,7 +90,7 @@ def build_stage(spec: StageSpec):
     dtype = getattr(torch, spec.dtype)
     device = spec.device
     model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
-    choose_kernels(model, 256, spec.num_slots, spec.threads, decode=spec.compile)  # raced on 256-token chunks
+    choose_kernels(model, spec.num_slots, spec.threads, decode=spec.compile)
     for i in range(config.num_layers):
         if spec.layer_start <= i < spec.layer_end:
             model.layers[i].to(device=device, dtype=dtype)
