@@ -119,6 +119,7 @@ def compare_kernel(read, args, tile: int, kernel: str) -> None:
     """Each read timed whole and in the kernel's calls, the ATen path and the native op alternating (aten,
     native, native, aten, ...), switched by the op's environment variable (read at every call)."""
     env, aten, owner, attr, calls_label = KERNELS[kernel]
+    os.environ[env] = "1"  # forced: this machine's kept verdict may serve ATen, and the comparison needs both
     if (native_chunk_attention if kernel == "attention" else native_routed_experts)() is None:
         sys.exit(f"--compare-{kernel}: the native op could not be built here")
     spent: list[float] = []

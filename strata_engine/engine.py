@@ -186,7 +186,8 @@ class Engine:
             token_text=lambda tid: self.tokenizer.decode([tid]), deliver=deliver, clock=self.clock, seed=seed,
         )
         request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state,
-                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs, cache_salt=params.cache_salt)
+                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs, cache_salt=params.cache_salt,
+                          params=params, seed=seed)
         state.handle = handle
         with self._lock:
             self._states[request_id] = state

@@ -195,8 +195,8 @@ def native_op(env: str, name: str, source: str, function: str, fallback: str, ma
         return None
     if march is None:
         march = native_march()
-        path = _serving.get(name) or (_machine_verdict(name, source, march) if mode == "auto" else None)
-        if path == "aten":
+        # a verdict (the runtime's race, or this machine's kept one) chooses only where the switch says auto
+        if mode == "auto" and (_serving.get(name) or _machine_verdict(name, source, march)) == "aten":
             return None
     with _lock:
         if (name, march) not in _built:

@@ -2,7 +2,8 @@
 
 The scheduler owns phase changes; the engine attaches its own per-request data in `payload` (the output
 stream; only the engine reads it). What an executor needs is typed: prompt tokens in `prompt_ids`, the
-request's `sampler` (torch executor) and how many top `logprobs` it wants (the simulator).
+request's `sampler` (torch executor), and for the simulator, which has no logits, how many top `logprobs` it
+wants and its sampling `params` with the `seed` its draws use.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..params import SamplingParams
 from ..tokens import TokenSampler
 
 
@@ -37,6 +39,8 @@ class Request:
     error: str | None = None
     sampler: TokenSampler | None = None  # turns this request's logits row into its token (None: the simulator)
     logprobs: int | None = None  # top logprobs wanted per token (None = none), for executors without a sampler
+    params: SamplingParams | None = None  # temperature, top_p, top_k for executors without a sampler (None: greedy)
+    seed: int = 0  # the seed of those draws (the request's, else one the engine gave it)
     cache_salt: str | None = None  # prefixes are shared only between requests with the same salt (None: default)
     cached_tokens: int = 0  # prompt tokens taken from the prompt cache at admission, not read
 

@@ -3,8 +3,8 @@
 Contract: every call advances modelled time by what a `CostProfile` says the work costs on a
 pipeline of `num_stages` stages, sleeps that time / `time_scale` on the injected clock and sleep
 (a fake clock in tests: zero wall time), and delivers each token through `on_token` at its modelled
-arrival. Tokens depend only on (prompt ids, output index, seed), so a request gets the same tokens
-solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
+arrival. Tokens depend only on (prompt ids, output index, seed, the request's sampling: draws.py), so a
+request gets the same tokens solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
 raises ValueError on a misuse, so scheduler bugs surface in tests.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ...scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ...tokens import SampledToken
 from ...scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
 from ...scheduler.request import Phase, Request
+from .draws import sim_token
 from .prefixes import SimPrefixCopies
 from .profile import CostProfile, load_profile
 
@@ -73,29 +74,18 @@ class SimExecutor(SimPrefixCopies):
 
     # -- tokens -------------------------------------------------------------------------------------
     def token_for(self, request: Request, index: int) -> SampledToken:
-        """The request's output token at `index`: a function of its prompt, the index and the seed."""
+        """The request's output token at `index`: a function of its prompt, the index, the engine's seed and
+        the request's sampling (draws.py)."""
         digest = self._digests.get(request.request_id)
         if digest is None:
             digest = hashlib.blake2b(array("q", request.prompt_ids).tobytes(), digest_size=16).digest()
             self._digests[request.request_id] = digest
-        h = hashlib.blake2b(digest + index.to_bytes(8, "little") + self.seed.to_bytes(8, "little", signed=True), digest_size=16).digest()
-        u1 = int.from_bytes(h[:8], "little") / 2**64
-        u2 = int.from_bytes(h[8:], "little") / 2**64
-        if self.eos_probability > 0 and u2 < self.eos_probability:
-            token = self.eos_token_id
-        else:
-            token = int(self.vocab_size * u1**3)  # skewed to low ids, as frequent tokens are
-            if token == self.eos_token_id:
-                token = (token + 1) % self.vocab_size
-        k = request.logprobs
-        if k is None:
-            return SampledToken(token)
-        p0 = 0.5 + 0.45 * ((u2 * 7919.0) % 1.0)  # over half the mass: the chosen token is the most likely
-        top, rest = [(token, math.log(p0))], 1.0 - p0
-        for j in range(1, k):
-            rest /= 2.0
-            top.append(((token + 1 + j * 7919) % self.vocab_size, math.log(rest)))
-        return SampledToken(token, math.log(p0), tuple(top[:k]))
+        p = request.params
+        if p is None or p.greedy:
+            return sim_token(digest, index, self.seed, self.vocab_size, self.eos_token_id, self.eos_probability,
+                             request.logprobs)
+        return sim_token(digest, index, self.seed, self.vocab_size, self.eos_token_id, self.eos_probability,
+                         request.logprobs, p.temperature, p.top_p, p.top_k, request.seed)
 
     # -- time ---------------------------------------------------------------------------------------
     def _begin(self) -> None:
