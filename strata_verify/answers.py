@@ -24,9 +24,10 @@ from strata_bench.engines.feed import EventWatcher
 
 CHECK = "answers"
 PHASES = ("solo", "together")
-# A float32 engine's chosen-token logprobs sit within about 1e-5 nats of the float64 reference's;
-# a chunk-boundary bug moves them by 1e-2 to several nats even where the greedy token survives.
-LOGPROB_TOL = 1e-3
+# Strata's float32 layouts sit within ~1e-5 nats of the float64 reference's chosen-token logprobs (docs/VERIFY.md
+# gives each layout's margin); a chunk-boundary bug moves them by 1e-2 to several nats, and a compiled step one
+# position short of the window by ~1e-3, even where the greedy tokens survive.
+LOGPROB_TOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ def _close(run: AnswersRun, phase: str, expected: Expected) -> Step:
         return Step(CHECK, step, INFO, "no logprobs to compare (the engine returned none, or token 0 differs)")
     where = f"largest |engine - {run.options.label}| {delta.largest:.3g} at token {delta.index} over {delta.compared} tokens"
     if delta.largest <= tol:
-        return Step(CHECK, step, PASS, f"{where} (tolerance {tol:g})")
+        margin = f", {tol / delta.largest:.0f}x the difference" if delta.largest > 0 else ""
+        return Step(CHECK, step, PASS, f"{where} (tolerance {tol:g}{margin})")
     return Step(CHECK, step, FAIL, f"request {expected.name}: the same tokens from other numbers: {where}, over the "
                 f"tolerance {tol:g}", (f"request {expected.name} ({answer.request_id}): engine logprob "
                 f"{answer.logprobs[delta.index]:.6f}, {run.options.label} {expected.logprobs[delta.index]:.6f}",))

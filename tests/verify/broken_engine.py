@@ -16,6 +16,8 @@ engine modules move), with a wrapper that calls the original except in the bug's
   resume-offset     a parked read resumes one chunk past where it gave way (and never reads that chunk)
   cache-salt        the prompt cache places a request as if it had no cache_salt, so one salt's prefix is
                     served to another (the answer's tokens stay right: only isolation is broken)
+  compiled-window   the compiled decode step (the default layout's) attends over one position fewer than
+                    the window, so only rows past the window differ (eager reads and steps are right)
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ TARGETS = {
                       "strata_engine.torch_executor.TorchExecutor._deliver"),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
     "cache-salt": ("strata_engine.scheduler.prefix_cache.PrefixCache.place",),
+    "compiled-window": ("strata_engine.runtime.compiled_step.CompiledDecode._forward",),
 }
 CORRUPT_INDEX = 3
 
@@ -122,8 +125,21 @@ def cache_salt(original):
     return place
 
 
+def compiled_window(original):
+    @functools.wraps(original)
+    def _forward(self, x, positions, slots):
+        window = self.window
+        self.window = window - 1 if window > 1 else window  # the bug: the window one position short
+        try:
+            return original(self, x, positions, slots)
+        finally:
+            self.window = window
+    return _forward
+
+
 BUGS = {"prefix-attention": prefix_attention, "piece-start": piece_start, "corrupt-token": corrupt_token,
-        "resume-offset": resume_offset, "cache-salt": cache_salt}
+        "resume-offset": resume_offset, "cache-salt": cache_salt,
+        "compiled-window": compiled_window}
 
 
 def install(bug: str) -> None:

@@ -86,3 +86,15 @@ def test_a_prompt_cache_that_ignores_cache_salt_fails_isolation_and_only_isolati
     failed = failed_lines(out)
     assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], out.stdout
     assert "x.holder's prefix (salt a)" in failed[0]
+
+
+def test_a_compiled_step_window_bug_fails_answers_on_the_default_layout():
+    """The default layout's compiled decode step, one position short of the window: only decode rows past the
+    window move, by ~1e-3 nats, greedy tokens kept: the answers check's tolerance names them."""
+    engine = f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug compiled-window -- serve"
+    out = verify("answers", "--engine", engine, timeout=1500)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "compiled" in out.stdout  # the default layout ran: its compiled step is what the bug is in
+    fails = failed_lines(out)
+    assert fails and all("logprobs" in line for line in fails), out.stdout  # tokens kept; logprobs moved
+    assert any(re.search(r"request (L1|L2|S) \(", line) and "token" in line for line in fails), out.stdout
