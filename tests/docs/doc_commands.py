@@ -1,7 +1,7 @@
-"""The shell commands of README.md and docs/*.md, and how each one is checked.
+"""The shell commands of README.md, docs/*.md and docs/measurements/*.md, and how each one is checked.
 
 `extract()` reads every fenced block tagged `bash` or `sh` and returns its commands: comment lines
-dropped, `\\`-continued lines joined, a `for ... done` loop kept whole. `CHECKS` says, for every such
+dropped, `\\`-continued lines joined, a `for ... done` loop and a here-document (`<<'PY'` ... `PY`) kept whole. `CHECKS` says, for every such
 command (normalised: whitespace collapsed, a trailing `# comment` cut), how the docs test runs it:
 
 - `Run(rewrite)`: run it with bash in a scratch directory that links the repository's paths, after the
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "measurements").glob("*.md"))]
+HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
 COMMAND_START = re.compile(r"^(\.venv/bin/|strata-|python |bash |env |curl |STRATA_|for |tmp=)")
 
 
@@ -96,15 +97,24 @@ def blocks(path: Path) -> list[Block]:
 
 
 def commands(block: Block) -> list[DocCommand]:
-    found, pending, start, depth = [], [], 0, 0
+    found, pending, start, depth, heredoc = [], [], 0, 0, None
     for offset, line in enumerate(block.lines):
         stripped = line.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
-        if not pending:
-            start = block.line + offset
-        pending.append(line)
-        depth += len(re.findall(r"^(for|while|if)\b", stripped)) - len(re.findall(r"^(done|fi)\b", stripped))
+        if heredoc is not None:  # inside a here-document: its lines are the command's, whatever they hold
+            pending.append(line)
+            if stripped != heredoc:
+                continue
+            heredoc = None
+        else:
+            if not pending and (not stripped or stripped.startswith("#")):
+                continue
+            if not pending:
+                start = block.line + offset
+            pending.append(line)
+            if (match := HEREDOC.search(stripped)) is not None:
+                heredoc = match.group(2)
+                continue
+            depth += len(re.findall(r"^(for|while|if)\b", stripped)) - len(re.findall(r"^(done|fi)\b", stripped))
         if stripped.endswith("\\") or depth > 0:
             continue
         found.append(DocCommand(block.path, start, "\n".join(pending)))
@@ -333,6 +343,17 @@ CHECKS: dict[str, object] = {
     '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "one-stage=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "spec=strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"':
         Run(((r' --arm "spec=[^"]*" --arm "vllm=[^"]*"', ""), (r" --compile", ""),
              (r"--rounds 2", "--rounds 1 --streams 2 --tokens 16")), timeout=300),
+    # docs/measurements/isa-levels.md: the native ops at this CPU's level and at x86-64-v2, the default server against vLLM
+    ".venv/bin/python benchmarks/bench_attention.py --sections 3,4 --repeats 9 --chunks 64,256":
+        Run(((r"--repeats 9", "--repeats 1"),)),
+    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4 --repeats 9 --chunks 64,256":
+        Skip("builds every native op again at -march=x86-64-v2 (about a minute a build); "
+             "tests/engine/test_native_isa_levels.py checks the levels' bits"),
+    "python3 - <<'PY' import json d = json.load(open(\"strata_bench/presets/engines.json\")) json.dump({\"name\": \"default-vs-vllm\", "
+    "\"arms\": {\"strata-default\": \"strata-engine serve --batch 6 --ctx 8192\", \"vllm\": d[\"arms\"][\"vllm\"]}, "
+    "\"scenarios\": d[\"scenarios\"], \"repeat\": 3, \"scale\": d[\"scale\"]}, open(\"/tmp/default-vs-vllm.json\", \"w\")) PY": Run(),
+    ".venv/bin/strata-bench preset /tmp/default-vs-vllm.json --out runs/default-vs-vllm-avx2":
+        Skip(VLLM_CACHE.split(";")[0] + "; " + MINUTES),
     # docs/SERVER.md
     ".venv/bin/python benchmarks/bench_prompt_cache.py --rounds 3 --out runs/prompt_cache.json":
         Run(((r"--rounds 3", "--rounds 1 --context 1100"),), timeout=900),
