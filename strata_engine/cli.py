@@ -13,6 +13,7 @@ from typing import Any, Callable
 import click
 
 from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
+from .kernel_switches import cache_dir
 from .layout import SHAPING, flags, resolve
 
 LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--layout auto then keeps them)
@@ -127,7 +128,14 @@ def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
     return config
 
 
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own variable; its default is /tmp/torchinductor_$USER
+
+
 def _engine_factory(config: EngineConfig) -> Callable[[], Any]:
+    # the compiled step's caches in Strata's cache folder, kept across reboots (unless the variable is set);
+    # stage ranks inherit it
+    os.environ.setdefault(COMPILE_CACHE_ENV, str(cache_dir() / "inductor"))
+
     def build() -> Any:
         from .engine import Engine  # imports torch: only when an engine is really built
 
