@@ -47,13 +47,13 @@ def run_check(check: str, target: str, extra: list[str]) -> dict:
         if not out.exists():
             return {"verdict": f"NO JSON (exit {proc.returncode})", "steps": [], "seconds": took,
                     "stderr": proc.stderr[-400:]}
-        data = json.loads(out.read_text())
+        data = json.loads(out.read_text())["report"]
         data["seconds"] = took
         return data
 
 
 def statuses(result: dict) -> dict[str, str]:
-    return {step["title"]: step["status"] for step in result.get("steps", [])}
+    return {f'{step["check"]}: {step["name"]}': step["status"] for step in result.get("steps", [])}
 
 
 def main() -> int:
