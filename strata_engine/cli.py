@@ -1,7 +1,6 @@
-"""`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md), `generate` (one prompt,
-streamed to the terminal) and `stage` (one pipeline stage rank of a distributed server). Each engine flag maps to one EngineConfig field; the STRATA_* scheduler
-variables are read by strata_engine.config and listed at the end of --help.
-"""
+"""`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md), `generate` (one prompt, streamed) and
+`stage` (one pipeline stage rank of a distributed server). Each engine flag maps to one EngineConfig field; the
+STRATA_* scheduler variables are read by strata_engine.config and listed at the end of --help."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
-from .kernel_switches import cache_dir
+from .kernel_switches import keep_compile_cache
 from .layout import SHAPING, flags, resolve
 
 LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--layout auto then keeps them)
@@ -128,19 +127,12 @@ def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
     return config
 
 
-COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own variable; its default is /tmp/torchinductor_$USER
-
-
 def _engine_factory(config: EngineConfig) -> Callable[[], Any]:
-    # the compiled step's caches in Strata's cache folder, kept across reboots (unless the variable is set);
-    # stage ranks inherit it
-    os.environ.setdefault(COMPILE_CACHE_ENV, str(cache_dir() / "inductor"))
+    keep_compile_cache()
 
     def build() -> Any:
         from .engine import Engine  # imports torch: only when an engine is really built
-
         return Engine(config)
-
     return build
 
 

@@ -3,7 +3,8 @@
 Contract: `kernel_mode(name)` reads one op's variable (`KERNEL_ENVS`): auto or unset = the faster of the op
 and ATen's calls as measured on this machine (runtime/native_ops.py), 1 = the op, 0 = ATen's calls;
 anything else raises naming the variable. `native_march()` is g++'s -march for every op (default
-native); `cache_dir()` is where per-machine verdicts are kept.
+native); `cache_dir()` is where per-machine verdicts are kept; `keep_compile_cache()` (the command line's,
+before an engine is built) puts inductor's compile cache there too, unless TORCHINDUCTOR_CACHE_DIR is set.
 """
 from __future__ import annotations
 
@@ -40,3 +41,12 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the engine keeps what it measured per machine: $XDG_CACHE_HOME/strata, else ~/.cache/strata."""
     root = (os.environ if env is None else env).get("XDG_CACHE_HOME", "").strip()
     return (Path(root) if root else Path.home() / ".cache") / "strata"
+
+
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own variable; its default is /tmp/torchinductor_$USER
+
+
+def keep_compile_cache() -> None:
+    """The compiled step's caches in `cache_dir()/inductor`, kept across reboots unlike torch's /tmp default,
+    unless the variable is set; stage ranks inherit it. Called at the command line's edge, never on import."""
+    os.environ.setdefault(COMPILE_CACHE_ENV, str(cache_dir() / "inductor"))
