@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The engine's attention paths against the plain alternatives they replaced, at the model's shapes, on the CPU.
 
-docs/MODEL.md ("What each thing tried bought") cites two attention timings; this script reproduces them,
+docs/measurements/decode-step.md ("What each thing tried bought") cites two attention timings; this script reproduces them,
 in one process with the compared arms alternating (A, B, B, A, ...), at --threads threads, float32, the
 model's head counts, head_dim and sliding window read from its config:
 

@@ -8,7 +8,7 @@ what lets two builds of the engine, or the engine with a kernel on and off, be c
 Prints every read, each arm's median and best, and each arm's median as a ratio to the first arm's, with
 the CPU. The commands are `strata-bench run --arm` commands (the engines preset's placeholders `{vllm}`,
 `{model_dir}`, `{llama_server}`, `{gguf}` are filled the same way). Example, the chunk attention kernel on
-and off (docs/MODEL.md, "The chunk attention kernel"):
+and off (docs/measurements/chunk-kernel.md):
 
     .venv/bin/python benchmarks/bench_paired_reads.py --tokens 4096 --rounds 8 \\
         --arm "native=strata-engine serve --ctx 8192" \\

@@ -7,7 +7,7 @@ labelled (embed, per layer: input norm, attention projection + rotary, per-row a
 MoE router/experts; head), for each arm: eager invariant (rows padded to the 16-row tile), eager padding off,
 the compiled step, and the compiled step with inductor's C++ GEMM templates (`template`). Layers can be split
 like `--split 2` (two stages' layer ranges timed separately, no transport: that is measured on the server,
-docs/MODEL.md). Prints µs per step per label and the top aten ops.
+docs/measurements/decode-step.md). Prints µs per step per label and the top aten ops.
 
   .venv/bin/python benchmarks/profile_decode_step.py --rows 1,6 --threads 1,2
 """

@@ -77,7 +77,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     threads = config.threads
     if threads is None and all(s.device.startswith("cpu") for s in stages):
         # One core stays with the front end (HTTP, scheduler, sampler, detokenizer share this process's GIL):
-        # on 2 cores, 2 OpenMP threads beside it spin against it (docs/MODEL.md, "Where a decode step goes, today").
+        # on 2 cores, 2 OpenMP threads beside it spin against it (docs/measurements/decode-step.md).
         threads = max(1, ((os.cpu_count() or 1) - 1) // len(stages))
     workers = config.stage_workers_for([s.device for s in stages])
     gemms = config.compiled_gemms() if config.compile else "aten"

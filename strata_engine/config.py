@@ -282,7 +282,7 @@ def host_memory_available() -> int:
 
 # MKL's conditional numerical reproducibility: with it, a GEMM's bits do not depend on the thread count, so
 # one engine layout gives the bits of another (runtime/thread_probe.py measures it at start). Its cost on the
-# model's GEMMs was within the noise of default MKL here (docs/MODEL.md). MKL reads it at its first call, so it
+# model's GEMMs was within the noise of default MKL here (docs/measurements/batch-invariance.md). MKL reads it at its first call, so it
 # is set when the package is imported, before any GEMM; a user's own MKL_CBWR is kept.
 MKL_REPRODUCIBLE = "AUTO,STRICT"
 

@@ -2,7 +2,7 @@
 
 Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineConfig, why)`.
 `requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
-docs/BATCHING.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
+docs/measurements/default-layout.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
 threads of this process, two batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled
 decode step with the whole decode and its GEMMs through inductor's C++ template (`EngineConfig.compiled_gemms`),
 the mixed read and the merged decode); `auto` (the default) means
@@ -25,7 +25,7 @@ from .config import EngineConfig
 LAYOUTS = ("auto", "plain", "fastest")
 LAYOUT_ENV = "STRATA_LAYOUT"  # what --layout auto picks: plain or fastest
 SHAPING = ("split", "devices", "batch_groups", "stage_workers", "compile", "executor", "device")
-FASTEST_CHUNK = 256  # docs/MODEL.md: 128 / 256 / 512 in the spec layout with the mixed read, 256 won
+FASTEST_CHUNK = 256  # docs/measurements/decode-step.md: 128 / 256 / 512 in the spec layout with the mixed read, 256 won
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def fastest(config: EngineConfig, given: Collection[str]) -> EngineConfig:
     chunk = config.prefill_chunk if "prefill_chunk" in given else FASTEST_CHUNK
     # Thread stages, not ranks: only they share the KV cache that lets a decode step run every layer in one
     # compiled call (the whole decode, runtime/pipeline.py), which beat the ranks' three hops a step in
-    # docs/BATCHING.md, "On stage threads, with the whole decode"; the reads came out level.
+    # docs/measurements/default-layout.md, "On stage threads, with the whole decode"; the reads came out level.
     return replace(config, layout="fastest", devices=("cpu", "cpu"), split=None, batch_groups=2, compile=True,
                    prefill_chunk=chunk, stage_workers="thread")
 

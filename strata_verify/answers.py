@@ -24,8 +24,8 @@ from strata_bench.engines.feed import EventWatcher
 
 CHECK = "answers"
 PHASES = ("solo", "together")
-# Strata's float32 layouts sit within ~1e-5 nats of the float64 reference's chosen-token logprobs (docs/VERIFY.md
-# gives each layout's margin); a chunk-boundary bug moves them by 1e-2 to several nats, and a compiled step one
+# Strata's float32 layouts sit within ~1e-5 nats of the float64 reference's chosen-token logprobs (the pass line
+# gives the margin); a chunk-boundary bug moves them by 1e-2 to several nats, and a compiled step one
 # position short of the window by ~1e-3, even where the greedy tokens survive.
 LOGPROB_TOL = 1e-4
 

@@ -172,7 +172,7 @@ class MoE(nn.Module):
     # 32: a decode micro-batch padded to the runtime's row tile (32) still takes this path. But with rows
     # padded to the tile, every expert costs a full tile of rows: where the real rows chose few experts
     # (one decode row: top_k of them) the loop over those alone is cheaper; measured on strata-tiny-moe
-    # (docs/MODEL.md), the loop wins up to half the experts. Unpadded (GPU), the every-expert path stays:
+    # (docs/measurements/batch-invariance.md), the loop wins up to half the experts. Unpadded (GPU), the every-expert path stays:
     # it needs no host round trip.
     EVERY_EXPERT_MAX_TOKENS = 32
 

@@ -7,7 +7,7 @@ None where it cannot be built here (no C++ compiler, a build error: said once on
 g++ and ninja, ~20-40 s once, then loaded from torch's extension cache).
 
 Why: a decode row's attention is a few thousand multiply-adds at the scenario's lengths, and ATen's per-row
-flash call costs ~25-30 us of dispatch and set-up around them, 4-6 of them a layer (docs/MODEL.md, "The
+flash call costs ~25-30 us of dispatch and set-up around them, 4-6 of them a layer (docs/measurements/decode-kernel.md, "The
 decode attention kernel"); batched SDPA or matmul forms over a masked key block cost as much (the mask, the
 key range of the widest row). Here each (row, head) is a loop over its own keys only: the dot products,
 a max-subtracted softmax and the weighted sum of values, the query heads of a kv head reading the same

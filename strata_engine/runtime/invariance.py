@@ -7,7 +7,7 @@ and a start-up probe of the model's own GEMM shapes at the stage's thread count 
 
 Which tile: the smallest of 4, 8 and 16 rows that a start-up probe of the model's own GEMM shapes
 passes on this machine, at the stage's thread counts (`default_row_tile`). Measured with torch 2.13 + MKL
-2024.2 on AVX-512 (AMD EPYC; see docs/MODEL.md): under MKL's conditional numerical reproducibility
+2024.2 on AVX-512 (AMD EPYC; see docs/measurements/batch-invariance.md): under MKL's conditional numerical reproducibility
 (`MKL_CBWR=AUTO,STRICT`, which `config.py` pins) a linear layer's output row is bitwise the same for every
 row count M >= 4 and any position of the row, at 1 and 2 threads, for inner sizes K <= 512 (M = 1..3 take
 small-matrix paths that round differently); without it MKL's default paths needed M >= 16. A tile of 4
@@ -17,7 +17,7 @@ Per-row reductions (RMSNorm, softmax) give equal rows for any M, but elementwise
 differently: qwen2_moe's shared-expert gate sigmoid over [M, 1] moved with M = 16 against 32. So a tile
 must also make M x width a whole number of vector steps for every such op's row width: a model with an
 odd width needs 32. CUDA GEMMs pick split-K and tile shapes by problem size, so no padding makes them
-invariant there; that needs fixed-tile kernels (see docs/MODEL.md).
+invariant there; that needs fixed-tile kernels (see docs/measurements/batch-invariance.md).
 """
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ class Pipeline:
                     if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
         # The whole decode: where every stage is on one CPU, a decode micro-batch sent into an empty pipeline runs
         # every layer in one compiled call on the first stage's thread, with no hand-over between stages (which
-        # costs more than the rows on a 2-core machine: docs/MODEL.md, "The whole decode"). Its graphs are one
+        # costs more than the rows on a 2-core machine: docs/measurements/whole-decode.md). Its graphs are one
         # more warm-up.
         whole = None
         if compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
@@ -213,7 +213,7 @@ class Pipeline:
         self._whole = whole
         self.compile_info = compile_info(((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None), gemms)
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
-        # thread cost more than it bought (docs/MODEL.md, "Where a decode step goes, today"); prompt chunks keep
+        # thread cost more than it bought (docs/measurements/decode-step.md); prompt chunks keep
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
         decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
         self._workers = [

@@ -7,7 +7,7 @@ of one contiguous `[D, E * 2I]`, so the every-expert path still views it as one 
 row-major: contiguous, as loaded. The model code does not change: it calls `F.linear(x, W)` as before.
 
 Why: `F.linear(x, W)` computes `x @ W.T`; with W row-major MKL gets a transposed B, with W column-major a
-plain one. Measured with torch 2.13 + MKL here (`benchmarks/bench_weight_layout.py`, docs/MODEL.md
+plain one. Measured with torch 2.13 + MKL here (`benchmarks/bench_weight_layout.py`, docs/measurements/weight-layout.md
 "Weight layout"): at the 16-row tile every padded decode step runs, the model's GEMMs took 1.4-2.2x less
 time, 1.1-1.5x at 32 rows, the same at 512, and every row was bitwise the same at row counts that are
 multiples of 16 (at 1 row the bits differ). The eager decode step gained 0-9% (its GEMMs are a fifth of

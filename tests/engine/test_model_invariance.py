@@ -121,7 +121,7 @@ NEAR_TIE = Path(__file__).parent / "data" / "near_tie_prompt.py.txt"
 
 def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]:
     """The near-tie prompt's next token after its last byte is decoded beside 0..6 other decode rows:
-    {others: (greedy token, top-2 margin)}. Found by varying one byte of asyncio/protocols.py (see docs/MODEL.md),
+    {others: (greedy token, top-2 margin)}. Found by varying one byte of asyncio/protocols.py (see docs/measurements/batch-invariance.md),
     with the prompt read by the flash paths: the native chunk op's last bits put the tie elsewhere."""
     model = load_model("strata-tiny-moe")[0]
     prompt = list(NEAR_TIE.read_bytes())

@@ -29,7 +29,7 @@ def test_cache_passes_on_strata_with_hits_evictions_and_a_give_way(tmp_path):
 
 def test_cache_passes_on_vllm_read_cold_with_cache_salt(vllm_server, tmp_path):
     # vLLM has no give-way (its chunked prefill may or may not finish the short turn first: timing, not
-    # behaviour), and no event feed: both declared, as docs/VERIFY.md's command does
+    # behaviour), and no event feed: both declared, as docs/measurements/cache-gate.md's command does
     result = verify("cache", "--url", vllm_server, "--scale", "0.5", "--lacks", "events,give-way",
                     "--json", str(tmp_path / "vllm.json"), timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr

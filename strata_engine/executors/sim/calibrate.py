@@ -3,7 +3,7 @@
 Contract: `simulate(...)` runs the real Scheduler over the SimExecutor on a virtual clock (no wall
 time) and returns every request's token times; `scenario_metrics` turns them into the spec's
 figures; `python -m strata_engine.executors.sim.calibrate [profile]` prints model vs measured for the three
-arms of spec PR 2050 (release, 32K pieces, 16K pieces). docs/BATCHING.md explains the calibration.
+arms of spec PR 2050 (release, 32K pieces, 16K pieces). docs/measurements/pr2050-sim.md explains the calibration.
 """
 from __future__ import annotations
 
