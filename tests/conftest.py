@@ -51,3 +51,9 @@ def vllm_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm") / "vllm"
     with EngineProcess(command, name="vllm", log_stem=log, start_timeout=600) as server:
         yield server.url
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests on vLLM's server run last, together: the session's one server, idle, still keeps ~10% of a core
+    busy, so it lives for those tests, not for the whole slow run."""
+    items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
