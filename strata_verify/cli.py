@@ -1,4 +1,4 @@
-"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, builds, cache).
+"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, needle, builds, cache).
 
 Each subcommand is a small function: parse options, then hand the Report and the check to `_run_check`,
 which runs it and, through `cli_common.finish`, prints text (or `--markdown`), writes `--junit`/`--json`, and exits 0
@@ -7,6 +7,7 @@ is shown).
 """
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from strata_verify.determinism import DeterminismOptions, run_determinism
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.check import InterleaveOptions, run_interleave
 from strata_verify.interleave.concurrency import SERIAL_WINDOW_S
+from strata_verify.needle import NeedleOptions, run_needle
 from strata_verify.report import INFO, Report, Step
 from strata_verify.requests import InterleavePlan, default_engine_command, default_piece
 
@@ -119,6 +121,37 @@ def _save(run, path: str) -> Step:
         return Step("determinism", "manifest", INFO, f"not saved to {path}: the runs differ, so there is no single answer to record")
     manifest.save(manifest.build(run), path)
     return Step("determinism", "manifest", INFO, f"saved to {path}")
+
+
+@main.command()
+@click.option("--engine", help=f"Engine command line (one fresh engine) [default: {DETERMINISM_ENGINE}].")
+@click.option("--url", help="URL of a running server instead.")
+@click.option("--seed", type=int, help="Draws the needle's place in each batch and every prompt [default: a new one, "
+              "shown in the report, so a failure reruns with it].")
+@click.option("--sizes", help="Comma-separated batch sizes, each >= 2 [default: one under, at and one over the engine's "
+              "row tile, slots per batch group and batch, and 2..5, up to its batch].")
+@click.option("--filler-tokens", type=int, default=NeedleOptions.filler_tokens, show_default=True,
+              help="Tokens in each filler's prompt.")
+@click.option("--tokens", type=int, default=NeedleOptions.tokens, show_default=True, help="Tokens each request generates.")
+@_output_options
+def needle(engine, url, seed, sizes, filler_tokens, tokens, near_tie, start_timeout, markdown, junit_path, json_path):
+    """A short prompt among long ones, at a random place, in batches around the row tile and decode buckets,
+    must answer as it does alone (bitwise logprobs where the engine claims batch invariance)."""
+    seed = random.randrange(1 << 31) if seed is None else seed
+    try:
+        chosen = tuple(int(n) for n in sizes.split(",")) if sizes else ()
+        options = NeedleOptions(seed=seed, sizes=chosen, filler_tokens=filler_tokens, tokens=tokens, near_tie=near_tie)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc) if "must" in str(exc) else f"--sizes: {sizes!r} is not comma-separated "
+                                 "integers") from None
+    target = _target(engine, url, DETERMINISM_ENGINE, start_timeout)
+    report = Report(meta={"check": "needle", "engine": target.describe(), "seed": seed})
+
+    def then(run) -> None:
+        report.meta["sizes"] = ",".join(str(n) for n, _, _ in run.batches)
+
+    _run_check(report, f"needle on {target.describe()}", lambda: run_needle(target, options), markdown, junit_path,
+               json_path, then)
 
 
 @main.command()

@@ -18,7 +18,8 @@ sampled position reports a runner-up above the chosen token; `stream: false` ret
 `--sample-fault batch` mixes the requests running beside a draw into it, `--sample-fault advance` one engine-wide
 generator's state (the same seed draws differently each request), `--sample-fault greedy` ignores temperature;
 `--stream-fault last-token` renders a whole
-response's last token from the next position.
+response's last token from the next position; `--batch-fault N` changes greedy tokens from index 2 on while N or
+more requests are in flight (a bucket-boundary bug).
 
     python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
 """
@@ -249,6 +250,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 salt += draw
                 if args.sample_fault == "batch" and fake.in_flight > 1:  # the draw depends on what runs beside
                     salt += f"batch{fake.in_flight}|"
+            if args.batch_fault and fake.in_flight >= args.batch_fault and index >= 2:
+                salt += "wide|"  # a kernel that changes shape at this many rows rounds differently
             if not streamed and args.stream_fault == "last-token" and index == max_tokens - 1:
                 index += 1  # the whole response renders its last token from the wrong position
             return token_at(answer_ids, index, args.vocab, salt)
@@ -364,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="batch: a seeded draw depends on the requests running beside it; advance: one generator "
                         "for the engine, so the same seed draws differently on every request; greedy: temperature "
                         "is ignored")
+    parser.add_argument("--batch-fault", type=int, default=0, help="greedy tokens from index 2 on change while N or more "
+                        "requests are in flight (a bucket-boundary bug; 0 = none)")
     parser.add_argument("--stream-fault", default="", choices=("", "last-token"),
                         help="last-token: a response not streamed renders its last token from the wrong position")
     parser.add_argument("--no-metrics", action="store_true", help="no GET /metrics (no engine counters)")
