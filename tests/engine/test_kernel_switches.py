@@ -1,0 +1,27 @@
+"""The native ops' switches and Strata's cache folder: bad values name the variable; the compile cache is kept
+beside the verdicts unless the user placed it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from strata_engine.kernel_switches import COMPILE_CACHE_ENV, cache_dir, kernel_mode, keep_compile_cache, native_march
+
+
+def test_each_switch_value_and_a_bad_one_naming_the_variable():
+    assert [kernel_mode("X", {"X": v}) for v in ("0", "1", "auto", "")] == ["aten", "native", "auto", "auto"]
+    with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL must be 0"):
+        kernel_mode("STRATA_CHUNK_KERNEL", {"STRATA_CHUNK_KERNEL": "yes"})
+    with pytest.raises(ValueError, match="STRATA_NATIVE_MARCH must be a g\\+\\+ -march value"):
+        native_march({"STRATA_NATIVE_MARCH": "x86-64-v3; rm"})
+
+
+def test_the_compile_cache_goes_beside_the_verdicts_unless_placed(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    keep_compile_cache()
+    assert os.environ[COMPILE_CACHE_ENV] == str(tmp_path / "strata" / "inductor") == str(cache_dir() / "inductor")
+    monkeypatch.setenv(COMPILE_CACHE_ENV, "/elsewhere")
+    keep_compile_cache()
+    assert os.environ[COMPILE_CACHE_ENV] == "/elsewhere"
