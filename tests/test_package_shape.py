@@ -175,12 +175,13 @@ def test_the_shared_client_and_the_engine_stay_below_the_tools():
 
 @pytest.mark.slow  # one interpreter per module: a minute or two
 def test_every_module_imports_alone_in_a_fresh_interpreter():
-    script = ("import importlib, subprocess, sys\n"
-              "bad = []\n"
-              "for name in sys.argv[1:]:\n"
+    script = ("import os, subprocess, sys\n"
+              "from concurrent.futures import ThreadPoolExecutor\n"
+              "def one(name):\n"
               "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
-              "    if r.returncode:\n"
-              "        bad.append(name + ': ' + r.stderr.strip().splitlines()[-1])\n"
+              "    return name + ': ' + r.stderr.strip().splitlines()[-1] if r.returncode else None\n"
+              "with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:\n"  # each its own interpreter
+              "    bad = [b for b in pool.map(one, sys.argv[1:]) if b]\n"
               "print('\\n'.join(bad))\n"
               "sys.exit(1 if bad else 0)\n")
     names = [n for n in modules() if not n.endswith("__main__")]

@@ -266,6 +266,8 @@ CHECKS: dict[str, object] = {
     "strata-verify interleave --scale 0.05": Run(),
     "strata-verify answers": Run(),
     ".venv/bin/strata-verify answers --junit runs/verify/answers.xml": Skip(CI_GATE),
+    ".venv/bin/strata-verify answers --engine 'strata-engine serve' --junit runs/verify/answers-default.xml": Skip(CI_GATE),
+    ".venv/bin/strata-verify needle --engine 'strata-engine serve' --junit runs/verify/needle.xml": Skip(CI_GATE),
     "strata-verify determinism --against strata_verify/golden/reference-cpu.json": Skip("the README's determinism command runs the same check on the same default engine"),
     "strata-verify builds --engine release='strata-engine serve' --engine piece='env STRATA_PIPED_READ_PIECE=16384 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 65536'": Skip("two builds, each interleaved and determined (~5 min at CI scale); tests/verify/test_verify_builds_gate.py checks its verdicts and docs/VERIFY.md shows a measured run"),
     ".venv/bin/strata-verify interleave --scale 0.05 --junit runs/verify/interleave.xml": Skip(CI_GATE),
