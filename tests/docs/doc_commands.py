@@ -276,6 +276,7 @@ CHECKS: dict[str, object] = {
     "strata-verify interleave --scale 0.05 --engine 'python tests/verify/fault_proxy.py --mode perturb --request C --index 3 -- strata-engine serve --split 2 --batch 4 --batch-groups 2'": Run(exit_code=1),
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
+    ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
     ".venv/bin/strata-verify cache --junit runs/verify/cache.xml": Skip(CI_GATE),
     "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
     'strata-verify cache --scale 0.5 --lacks events,give-way --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(VLLM_CACHE),

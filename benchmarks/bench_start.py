@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""How long `strata-engine serve` takes to its ready line, cold and warm.
+
+Cold: every cache the engine fills on a first start is a fresh empty folder (XDG_CACHE_HOME for the kernel
+verdicts and inductor's compile cache, TORCH_EXTENSIONS_DIR for the native ops' builds), as on a machine that
+never ran it. Warm: the same folders again, --warm times. Each start's wall time to health is measured
+here, and its own stderr's "ready in" line gives the compiling part. Prints a markdown table with the CPU.
+
+  .venv/bin/python benchmarks/bench_start.py --warm 2
+  .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from strata_bench.engines.launcher import EngineProcess  # noqa: E402
+from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
+
+CACHES = ("XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def start_once(command: str, timeout: float) -> tuple[float, str]:
+    """Seconds to health, and the engine's "ready in" line (or its last stderr line)."""
+    began = time.monotonic()
+    with EngineProcess(command, name="strata", start_timeout=timeout) as engine:
+        took = time.monotonic() - began
+        deadline = time.monotonic() + 10
+        lines: list[str] = []
+        while time.monotonic() < deadline:  # the line follows the health by a moment
+            lines = engine.stderr_tail(60)
+            if any("ready in" in line for line in lines):
+                break
+            time.sleep(0.2)
+    ready = next((line for line in reversed(lines) if "ready in" in line), lines[-1] if lines else "")
+    return took, ready.replace("strata-engine: ", "")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Arguments after -- go to `strata-engine serve`.")
+    p.add_argument("--warm", type=int, default=2, help="warm starts after the cold one (default 2)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds a start may take (default 900)")
+    args, extra = p.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    command = " ".join(["strata-engine", "serve", *extra])
+    saved = {name: os.environ.get(name) for name in CACHES}
+    folder = Path(tempfile.mkdtemp(prefix="strata-start-"))
+    rows = []
+    try:
+        os.environ["XDG_CACHE_HOME"] = str(folder / "cache")
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # serve puts it under XDG_CACHE_HOME/strata/inductor
+        for i in range(1 + args.warm):
+            kind = "cold" if i == 0 else f"warm {i}"
+            took, ready = start_once(command, args.timeout)
+            compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
+            rows.append(f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {ready} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(folder, ignore_errors=True)
+    info = device_info()
+    print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, "
+          f"{' '.join(cpu_flags('avx512')) or 'no avx512'}")
+    print()
+    print("| start | to health | compiling | the engine's ready line |")
+    print("|---|---:|---:|---|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
