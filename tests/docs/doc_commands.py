@@ -277,6 +277,13 @@ CHECKS: dict[str, object] = {
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
+    # docs/measurements/gate-under-load.md: Strata's run checks the script (one quiet run, one "loaded" with no hog)
+    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05":
+        Run(((r"--runs 10", "--runs 1 --hogs 0"),)),
+    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way":
+        Skip("a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES),
+    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way':
+        Skip(LLAMA_SERVER),
     ".venv/bin/strata-verify cache --junit runs/verify/cache.xml": Skip(CI_GATE),
     "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
     'strata-verify cache --scale 0.5 --lacks events,give-way --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(VLLM_CACHE),
