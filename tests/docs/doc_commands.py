@@ -145,7 +145,7 @@ def untagged_command_blocks() -> list[str]:
 
 CI_SCALE = (r"--scale [0-9.]+", "--scale 0.02")
 ONE_REPEAT = (r"--repeat [0-9]+", "--repeat 1")
-NO_DEMO_REPEATS = (r"strata-bench demo$", "strata-bench demo --repeat 1 --scale 0.5")
+NO_DEMO_REPEATS = (r"strata-bench demo$", "strata-bench demo --repeat 1")  # --scale would replace its 1/16
 OWN_INSTALL = (r"^bash scripts/install.sh", 'bash "$STRATA_ROOT/scripts/install.sh"')  # never an editable install of the scratch copy
 INSTALLED = "CI runs it itself: .ci/run is the README's test command"
 LLAMA_SERVER = ("a llama-server session built by scripts/install_llama_cpp.sh (a shell variable, a server left in the "
