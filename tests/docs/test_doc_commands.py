@@ -93,10 +93,10 @@ def test_documented_commands_run(doc: Path, tmp_path: Path):
     server: SimServer | None = None
     ran, failures = [], []
     try:
-        first = {}  # a command shown in two docs (a reference and its measurement page) runs with the first
-        for c in extract():
+        first, commands = {}, extract()  # a command shown in two docs (a reference and its measurement page) runs with the first
+        for c in commands:
             first.setdefault(c.key, c.path)
-        for command in (c for c in extract() if c.path == doc and first[c.key] == doc):
+        for command in (c for c in commands if c.path == doc and first[c.key] == doc):
             check = CHECKS[command.key]
             started = time.monotonic()
             if isinstance(check, Skip):
