@@ -8,6 +8,8 @@ unexpected or wrongly shaped tensor is a ValueError that names the tensor (and b
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 from pathlib import Path
 
@@ -65,7 +67,7 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu", dty
     device = torch.device(device)
     dtype = resolve_dtype(dtype, device)
     state = to_our_state_dict(read_safetensors(model_dir), config)
-    with torch.device("meta"):
+    with torch.device("meta"), _without_init():
         model = Transformer(config)
     model = model.to_empty(device=device).to(dtype)
     model.tie_weights()
@@ -75,6 +77,21 @@ def load_model(path_or_name: str | Path, device: str | torch.device = "cpu", dty
     if device.type == "cpu" and config.num_experts:
         native_routed_experts()  # the same
     return model.eval().requires_grad_(False), config
+
+
+@contextlib.contextmanager
+def _without_init():
+    """Modules built without their random init, as the weights are loaded next. On the meta device the init
+    is no work, but it runs through torch's reference ops, which import its compiler (~90 MB resident)."""
+    names = [n for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    for n in names:
+        setattr(torch.nn.init, n, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
 
 
 def read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
