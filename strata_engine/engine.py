@@ -266,11 +266,29 @@ class Engine:
             "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
             "row_tile": getattr(getattr(self.executor, "pipeline", None), "row_tile", None),
             "prompt_cache": self.scheduler.prompt_cache.info(),
-            "kernels": self.kernels,
+            "kernels": self.kernels, "kv": self._kv_info(), "rss_bytes": _rss_bytes(),
         }
+
+    def _kv_info(self) -> dict[str, Any]:
+        """The KV cache's format and size: reserved is every slot at ctx; on CPU memory is committed only as
+        positions are written (model/kv_cache.py), so the process's resident bytes are the measure."""
+        per_position = int(getattr(self.executor, "kv_bytes_per_token", 0) or 0)
+        sc = self.scheduler_config
+        return {"dtype": self.dtype, "bytes_per_position": per_position, "positions_per_slot": sc.ctx,
+                "reserved_bytes": per_position * sc.ctx * sc.batch,
+                "committed": "as written" if self.device == "cpu" else "at start"}
 
     def stats(self) -> dict[str, Any]:
         return self.scheduler.stats() if hasattr(self.scheduler, "stats") else {}
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident memory (Linux; None elsewhere). Stage ranks are processes of their own."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def _version() -> str:

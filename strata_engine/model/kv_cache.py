@@ -5,9 +5,13 @@ position p lives at `[s, :, p, :]`. Each layer owns its tensors, so a layer spli
 layers on that stage's device (`KVCache(..., layers=range(0, 2), device="cuda:0")`). Writing a position at
 or past `ctx` raises `ContextOverflowError` naming the slot, the position and ctx; nothing is written.
 `save` / `restore` copy a slot's first positions to host memory and back (the prompt cache's store).
+On CPU the tensors sit in an anonymous private mapping: pages read as zero and the OS commits them as
+positions are written, so a slot's resident memory follows the positions it used, not `ctx`; `reset`
+hands a slot's pages back.
 """
 from __future__ import annotations
 
+import mmap
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -24,13 +28,36 @@ class ContextOverflowError(ValueError):
         self.slot, self.position, self.ctx = slot, position, ctx
 
 
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, mmap.mmap | None]:
+    """Zeros of `shape`; on CPU in an anonymous mapping whose pages are committed when first written (and
+    the mapping, for `release`), elsewhere torch.zeros (and None)."""
+    count = 1
+    for size in shape:
+        count *= size
+    if torch.device(device).type != "cpu" or count == 0 or not hasattr(mmap, "MAP_PRIVATE"):
+        return torch.zeros(shape, dtype=dtype, device=device), None
+    pages = mmap.mmap(-1, count * torch.empty((), dtype=dtype).element_size(), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(pages, dtype=dtype).view(shape), pages  # the tensor keeps the mapping alive
+
+
+def release(pages: mmap.mmap | None, tensor: torch.Tensor, index: int) -> bool:
+    """Hand `tensor[index]`'s pages back to the OS (they read as zero again); False where it cannot."""
+    row = tensor[index]
+    start = row.storage_offset() * row.element_size()
+    length = row.numel() * row.element_size()
+    if pages is None or not hasattr(mmap, "MADV_DONTNEED") or start % mmap.PAGESIZE or length % mmap.PAGESIZE:
+        return False
+    pages.madvise(mmap.MADV_DONTNEED, start, length)
+    return True
+
+
 class LayerKV:
     """One layer's cache. k, v: [num_slots, num_kv_heads, ctx, head_dim]."""
 
     def __init__(self, num_slots: int, num_kv_heads: int, ctx: int, head_dim: int, dtype: torch.dtype, device: torch.device | str):
         shape = (num_slots, num_kv_heads, ctx, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k, self._k_pages = lazy_zeros(shape, dtype, device)
+        self.v, self._v_pages = lazy_zeros(shape, dtype, device)
 
     @property
     def num_slots(self) -> int:
@@ -62,10 +89,11 @@ class LayerKV:
         self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
 
     def reset(self, slot: int) -> None:
-        """Zero the slot. Correctness does not need it (attention reads only positions already written);
-        it keeps stale keys out of debugging dumps."""
-        self.k[slot].zero_()
-        self.v[slot].zero_()
+        """Zero the slot, handing its pages back where it can. Correctness does not need it (attention reads
+        only positions already written)."""
+        for tensor, pages in ((self.k, self._k_pages), (self.v, self._v_pages)):
+            if not release(pages, tensor, slot):
+                tensor[slot].zero_()
 
     @property
     def nbytes(self) -> int:
