@@ -1,6 +1,6 @@
 """`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md), `generate` (one prompt, streamed) and
 `stage` (one pipeline stage rank of a distributed server). Each engine flag maps to one EngineConfig field; the
-STRATA_* scheduler variables are read by strata_engine.config and listed at the end of --help."""
+STRATA_* variables are read through strata_engine.knobs and listed at the end of --help."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import click
 
-from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
+from . import knobs
+from .config import DEFAULT_PROMPT_CACHE_MIB, EngineConfig
 from .kernel_switches import keep_compile_cache
 from .layout import SHAPING, flags, resolve
 
@@ -20,18 +21,6 @@ LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--la
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
                 "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
                 "stage_ranks", "stage_timeout_s", "compile", "log_events", "prompt_cache_mib")
-
-
-def _epilog() -> str:
-    lines = ["\b", "Scheduler environment variables (read at engine start; bad values fall back to the default):"]
-    for name, (_field, _cast, default, _min) in ENV_VARS.items():
-        lines.append(f"  {name} (default {default:g}): {ENV_HELP.get(name, '')}")
-    lines += ["\b", "Kernels (CPU; built with g++ once per machine, ~30 s each; docs/MODEL.md): STRATA_CHUNK_KERNEL=0 reads "
-              "prompt chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
-              "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
-              "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops."]
-    lines += ["\b", "Server: STRATA_API_KEY = --api-key."]
-    return "\n".join(lines)
 
 
 def _batch_groups(_ctx: Any, _param: Any, value: str) -> str | int:
@@ -142,13 +131,13 @@ def main() -> None:
     """Strata: a reference MoE inference engine (OpenAI-compatible server, one-off generation)."""
 
 
-@main.command(epilog=_epilog())
+@main.command(epilog=knobs.epilog())
 @engine_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything beyond loopback needs --api-key (or --no-auth-ok).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="TCP port; 0 picks a free one. The URL is printed as 'STRATA_READY url=...' on stdout.")
-@click.option("--api-key", envvar="STRATA_API_KEY", default=None,
+@click.option("--api-key", default=None,
               help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
 @click.option("--no-auth-ok", is_flag=True, help="Allow a non-loopback --host without an api key.")
 @click.option("--served-model-name", default=None, help="Model id shown by /v1/models (default: the engine's).")
@@ -171,6 +160,10 @@ def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_mo
     from .server.run import serve as run_server
 
     config = _laid_out(engine_config(options), layout)
+    try:
+        api_key = knobs.read("STRATA_API_KEY") if api_key is None else api_key
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
     if not api_key and not is_loopback(host) and not no_auth_ok:
         raise click.UsageError(f"--host {host} is reachable beyond this machine: set --api-key (or STRATA_API_KEY), "
                                "or pass --no-auth-ok to serve without one")

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Callable, Collection, Mapping
 
+from . import knobs
 from .config import EngineConfig
 
 LAYOUTS = ("auto", "plain", "fastest")
@@ -78,14 +79,11 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
             machine: Callable[[EngineConfig], Machine] | Machine | None = None) -> tuple[EngineConfig, str]:
     if requested not in LAYOUTS:
         raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, got {requested!r}")
-    env = os.environ if env is None else env
     if requested == "plain":
         return config, "plain: the flags as given (--layout plain)"
     shaped = [name for name in SHAPING if name in given]
     if requested == "auto":
-        meant = env.get(LAYOUT_ENV, "") or "fastest"
-        if meant not in ("plain", "fastest"):
-            raise ValueError(f"{LAYOUT_ENV} must be plain or fastest, got {meant!r}")
+        meant = knobs.read(LAYOUT_ENV, env)
         if meant == "plain":
             return config, f"plain: {LAYOUT_ENV}=plain"
         if shaped:

@@ -38,9 +38,10 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
     env = {"STRATA_PIPED_DECODE_MERGE": "0", "STRATA_PIPED_READ_PIECE": "512"}
     sched = EngineConfig(batch=6, layout="fastest", env=env).scheduler_config()
     assert (sched.decode_merge, sched.read_mix, sched.piped_read_piece) == (0, 1, 512)
-    with pytest.warns(UserWarning, match=r"STRATA_PIPED_DECODE_MERGE='yes' is not a number; keeping 1"):
-        sched = EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": "yes"}).scheduler_config()
-    assert sched.decode_merge == 1  # the layout's value, not the variable's default (0)
+    sched = EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": ""}).scheduler_config()
+    assert sched.decode_merge == 1  # empty is unset: the layout's value, not the variable's default (0)
+    with pytest.raises(ValueError, match=r"STRATA_PIPED_DECODE_MERGE='maybe' is not one of 0, 1"):
+        EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": "maybe"}).scheduler_config()
 
 
 def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_environment_says():
@@ -49,7 +50,7 @@ def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_envi
     aten = {"STRATA_COMPILED_GEMMS": "aten"}
     assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
     assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
-    with pytest.raises(ValueError, match="STRATA_COMPILED_GEMMS must be one of aten, template, got 'mkl'"):
+    with pytest.raises(ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"):
         EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "mkl"})
 
 
@@ -82,7 +83,7 @@ def test_the_environment_sets_what_auto_means_and_bad_values_name_the_variable()
     assert resolve(config, "auto", set(), env={LAYOUT_ENV: "plain"}, machine=TWO_CORES)[0] is config
     assert resolve(config, "auto", set(), env={LAYOUT_ENV: "fastest"}, machine=TWO_CORES)[0].layout == "fastest"
     assert resolve(config, "plain", set(), env={LAYOUT_ENV: "fastest"}, machine=TWO_CORES)[0] is config
-    with pytest.raises(ValueError, match="STRATA_LAYOUT must be plain or fastest, got 'quick'"):
+    with pytest.raises(ValueError, match=r"STRATA_LAYOUT='quick' is not one of plain, fastest \(plain or fastest\)"):
         resolve(config, "auto", set(), env={LAYOUT_ENV: "quick"}, machine=TWO_CORES)
 
 
