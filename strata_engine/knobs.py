@@ -46,15 +46,16 @@ def number(minimum: float = 0.0, whole: bool = False) -> Callable[[str], Any]:
     return parse
 
 
-def choice(values: Mapping[str, Any]) -> Callable[[str], Any]:
+def choice(values: Mapping[str, Any], fold: bool = False) -> Callable[[str], Any]:
+    """One of `values`' keys (any case where `fold`) -> its value."""
     def parse(raw: str) -> Any:
-        if raw.lower() not in values:
+        if (raw.lower() if fold else raw) not in values:
             raise ValueError(f"is not one of {', '.join(values)}")
-        return values[raw.lower()]
+        return values[raw.lower() if fold else raw]
     return parse
 
 
-SWITCH = choice({"0": 0, "1": 1, "false": 0, "true": 1, "no": 0, "yes": 1, "off": 0, "on": 1})
+SWITCH = choice({"0": 0, "1": 1, "false": 0, "true": 1, "no": 0, "yes": 1, "off": 0, "on": 1}, fold=True)
 ON_OFF = "0/false/no/off or 1/true/yes/on"
 KERNEL = Knob("its native op's path", choice({"0": "aten", "1": "native", "auto": "auto"}),
               "0 = ATen's calls, 1 = the native op, auto = the faster of the two measured here", "auto",

@@ -64,6 +64,8 @@ def test_switches_take_zero_as_off():
     for raw, want in [("0", False), ("1", True), ("false", False), ("TRUE", True), ("off", False), ("yes", True)]:
         assert read("STRATA_DECODE_ALL_THREADS", {"STRATA_DECODE_ALL_THREADS": raw}) is want
     assert read("STRATA_PIPED_READ_MIX", {"STRATA_PIPED_READ_MIX": "on"}) == 1
+    with pytest.raises(ValueError, match="STRATA_LAYOUT='Plain' is not one of plain, fastest"):
+        read("STRATA_LAYOUT", {"STRATA_LAYOUT": "Plain"})  # choices keep their case, as they did
 
 
 def test_numbers_keep_their_kind():
