@@ -14,7 +14,7 @@ import click
 from . import knobs
 from .config import DEFAULT_PROMPT_CACHE_MIB, EngineConfig
 from .kernel_switches import keep_compile_cache
-from .layout import SHAPING, flags, resolve
+from .layout import SHAPING, flags, provenance, resolve
 
 LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--layout auto then keeps them)
 
@@ -103,16 +103,21 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
         raise click.UsageError(str(err)) from None
 
 
-def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
-    """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error."""
+def _laid_out(flagged: EngineConfig, requested: str, print_config: bool = False) -> EngineConfig:
+    """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error.
+    `print_config`: each field, its value and where it came from on stdout, then exit 0 (no model is loaded)."""
     context = click.get_current_context()
-    given = {name for name in ENGINE_FLAGS
+    given = {name for name in (*ENGINE_FLAGS, "layout")
              if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
     try:
-        config, why = resolve(config, requested, given)
+        config, why = resolve(flagged, requested, given)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"strata-engine: layout {why}", err=True)
+    for field, value, source in provenance(flagged, config, given) if print_config else ():
+        click.echo(f"{field} = {value!r}  ({source})")
+    if print_config:
+        context.exit(0)
     return config
 
 
@@ -137,8 +142,7 @@ def main() -> None:
               help="Address to listen on. Anything beyond loopback needs --api-key (or --no-auth-ok).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="TCP port; 0 picks a free one. The URL is printed as 'STRATA_READY url=...' on stdout.")
-@click.option("--api-key", default=None,
-              help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
 @click.option("--no-auth-ok", is_flag=True, help="Allow a non-loopback --host without an api key.")
 @click.option("--served-model-name", default=None, help="Model id shown by /v1/models (default: the engine's).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=8 * 1024 * 1024, show_default=True,
@@ -153,13 +157,16 @@ def main() -> None:
                    "(STRATA_COMPILED_GEMMS=aten: MKL's) and its decode attention in one native call (STRATA_DECODE_KERNEL=0: ATen's per-row calls), the mixed read and the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
                    f"plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag ({LAYOUT_FLAGS}) "
                    "is given (STRATA_LAYOUT=plain|fastest sets what auto means).")
+@click.option("--print-config", is_flag=True, help="Print each resolved config field and where it came from "
+              "(a flag, the layout, a STRATA_* variable or the default), then exit without loading the model.")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
-          max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, **options: Any) -> None:
+          max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, print_config: bool,
+          **options: Any) -> None:
     """Serve the OpenAI-compatible HTTP API (docs/API.md) until SIGTERM/SIGINT."""
     from .server.run import is_loopback
     from .server.run import serve as run_server
 
-    config = _laid_out(engine_config(options), layout)
+    config = _laid_out(engine_config(options), layout, print_config)
     try:
         api_key = knobs.read("STRATA_API_KEY") if api_key is None else api_key
     except ValueError as err:

@@ -10,6 +10,7 @@ the mixed read and the merged decode); `auto` (the default) means
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
 auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
 what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why` is one line for the log.
+`provenance(...)` says where each resolved field came from (`serve --print-config`).
 
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
 STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
@@ -17,11 +18,11 @@ STRATA_* variables still override them (`EngineConfig.scheduler_config`, `Engine
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Callable, Collection, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Collection, Mapping
 
 from . import knobs
-from .config import EngineConfig
+from .config import ENV_VARS, EngineConfig, SchedulerConfig
 
 LAYOUTS = ("auto", "plain", "fastest")
 LAYOUT_ENV = "STRATA_LAYOUT"  # what --layout auto picks: plain or fastest
@@ -103,3 +104,35 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
                       "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
                       "merged decode "
                       "(--layout plain: the flags alone)")
+
+
+def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[str]) -> list[tuple[str, Any, str]]:
+    """(field, value, source) for each EngineConfig and SchedulerConfig field of `laid_out` (`flagged` before
+    `resolve`, `given` the flags given, --layout as "layout"): a flag, `layout`, a STRATA_* variable or `default`."""
+    rows, env = [], laid_out.env
+    for f in [f for f in fields(EngineConfig) if f.name != "env"]:
+        value = getattr(laid_out, f.name)
+        auto = {"layout": LAYOUT_ENV, "stage_workers": "STRATA_STAGE_WORKERS"}.get(f.name)  # what auto means
+        if f.name in given:
+            source = "--" + f.name.replace("_", "-")
+        elif auto and knobs.is_set(auto, env) and (f.name == "layout" or value == "auto"):
+            source = f"{auto}={knobs.read(auto, env)} (what auto means)"
+        elif f.name == "layout":
+            source = "default (--layout auto)"
+        else:
+            source = "layout" if value != getattr(flagged, f.name) else "default"
+        rows.append((f"EngineConfig.{f.name}", value, source))
+    gemms = "STRATA_COMPILED_GEMMS" if knobs.is_set("STRATA_COMPILED_GEMMS", env) else "layout" if laid_out.layout == "fastest" else "default"
+    rows.append(("EngineConfig.compiled_gemms()", laid_out.compiled_gemms(), gemms))
+    variables = {field: name for name, field in ENV_VARS.items()}
+    sched = laid_out.scheduler_config()
+    for f in fields(SchedulerConfig):
+        value, name = getattr(sched, f.name), variables.get(f.name)
+        if name:
+            source = name if knobs.is_set(name, env) else "layout" if value != knobs.KNOBS[name].default else "default"
+        elif f.name == "ctx" and laid_out.ctx is None:
+            value, source = None, "derived from the model and the memory at engine start"
+        else:
+            source = "default" if f.name == "prompt_cache_min_tokens" else "EngineConfig"
+        rows.append((f"SchedulerConfig.{f.name}", value, source))
+    return rows

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from strata_engine.config import EngineConfig
-from strata_engine.layout import FASTEST_CHUNK, LAYOUT_ENV, Machine, resolve
+from strata_engine.layout import FASTEST_CHUNK, LAYOUT_ENV, Machine, provenance, resolve
 
 TWO_CORES = Machine(cores=2, cuda=False, layers=4)
 EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
@@ -125,3 +125,34 @@ def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_token
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_provenance_names_the_flag_the_layout_the_variable_or_the_default():
+    flagged = EngineConfig(batch=6, env={"STRATA_PIPED_PAUSE_TARGET_MS": "80"})
+    laid_out, _ = resolve(flagged, "fastest", {"batch"}, env={}, machine=TWO_CORES)
+    rows = {field: (value, source) for field, value, source in provenance(flagged, laid_out, {"batch"})}
+    assert rows["EngineConfig.batch"] == (6, "--batch")
+    assert rows["EngineConfig.compile"] == (True, "layout")
+    assert rows["EngineConfig.seed"] == (0, "default")
+    assert rows["EngineConfig.compiled_gemms()"] == ("template", "layout")
+    assert rows["SchedulerConfig.decode_merge"] == (1, "layout")
+    assert rows["SchedulerConfig.pause_target_ms"] == (80.0, "STRATA_PIPED_PAUSE_TARGET_MS")
+    assert rows["SchedulerConfig.ctx"][0] is None  # derived at engine start, not here
+    assert "EngineConfig.env" not in rows
+
+
+def test_print_config_prints_each_field_and_its_source_and_exits_0():
+    from click.testing import CliRunner
+
+    from strata_engine import cli
+
+    env = {"STRATA_LAYOUT": "plain", "STRATA_PIPED_READ_MIX": "1", "STRATA_STAGE_WORKERS": "thread"}
+    result = CliRunner().invoke(cli.main, ["serve", "--executor", "sim", "--batch", "6", "--print-config"], env=env)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "EngineConfig.batch = 6  (--batch)" in lines
+    assert "EngineConfig.layout = 'plain'  (STRATA_LAYOUT=plain (what auto means))" in lines
+    assert "EngineConfig.stage_workers = 'auto'  (STRATA_STAGE_WORKERS=thread (what auto means))" in lines
+    assert "SchedulerConfig.read_mix = 1  (STRATA_PIPED_READ_MIX)" in lines
+    assert "SchedulerConfig.decode_share = 0.5  (default)" in lines
+    assert "STRATA_READY" not in result.stdout  # nothing was served
