@@ -1,6 +1,6 @@
 """`strata-engine`: `serve` (the OpenAI-compatible HTTP API, docs/API.md), `generate` (one prompt, streamed) and
 `stage` (one pipeline stage rank of a distributed server). Each engine flag maps to one EngineConfig field; the
-STRATA_* scheduler variables are read by strata_engine.config and listed at the end of --help."""
+STRATA_* variables are read through strata_engine.knobs and listed at the end of --help."""
 from __future__ import annotations
 
 import logging
@@ -11,27 +11,16 @@ from typing import Any, Callable
 
 import click
 
-from .config import DEFAULT_PROMPT_CACHE_MIB, ENV_HELP, ENV_VARS, EngineConfig
+from . import knobs
+from .config import DEFAULT_PROMPT_CACHE_MIB, EngineConfig
 from .kernel_switches import keep_compile_cache
-from .layout import SHAPING, flags, resolve
+from .layout import SHAPING, flags, provenance, resolve
 
 LAYOUT_FLAGS = flags(SHAPING)  # the flags that choose a layout themselves (--layout auto then keeps them)
 
 ENGINE_FLAGS = ("model", "batch", "batch_groups", "split", "devices", "prefill_chunk", "ctx", "allow_ctx_beyond_model",
                 "executor", "sim_profile", "time_scale", "device", "dtype", "seed", "threads", "stage_workers",
                 "stage_ranks", "stage_timeout_s", "compile", "log_events", "prompt_cache_mib")
-
-
-def _epilog() -> str:
-    lines = ["\b", "Scheduler environment variables (read at engine start; bad values fall back to the default):"]
-    for name, (_field, _cast, default, _min) in ENV_VARS.items():
-        lines.append(f"  {name} (default {default:g}): {ENV_HELP.get(name, '')}")
-    lines += ["\b", "Kernels (CPU; built with g++ once per machine, ~30 s each; docs/MODEL.md): STRATA_CHUNK_KERNEL=0 reads "
-              "prompt chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
-              "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
-              "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops."]
-    lines += ["\b", "Server: STRATA_API_KEY = --api-key."]
-    return "\n".join(lines)
 
 
 def _batch_groups(_ctx: Any, _param: Any, value: str) -> str | int:
@@ -114,16 +103,21 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
         raise click.UsageError(str(err)) from None
 
 
-def _laid_out(config: EngineConfig, requested: str) -> EngineConfig:
-    """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error."""
+def _laid_out(flagged: EngineConfig, requested: str, print_config: bool = False) -> EngineConfig:
+    """The config in the layout --layout asks for (layout.py), said on stderr; a bad combination is a usage error.
+    `print_config`: each field, its value and where it came from on stdout, then exit 0 (no model is loaded)."""
     context = click.get_current_context()
-    given = {name for name in ENGINE_FLAGS
+    given = {name for name in (*ENGINE_FLAGS, "layout")
              if context.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)}
     try:
-        config, why = resolve(config, requested, given)
+        config, why = resolve(flagged, requested, given)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     click.echo(f"strata-engine: layout {why}", err=True)
+    for field, value, source in provenance(flagged, config, given) if print_config else ():
+        click.echo(f"{field} = {value!r}  ({source})")
+    if print_config:
+        context.exit(0)
     return config
 
 
@@ -142,14 +136,13 @@ def main() -> None:
     """Strata: a reference MoE inference engine (OpenAI-compatible server, one-off generation)."""
 
 
-@main.command(epilog=_epilog())
+@main.command(epilog=knobs.epilog())
 @engine_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything beyond loopback needs --api-key (or --no-auth-ok).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="TCP port; 0 picks a free one. The URL is printed as 'STRATA_READY url=...' on stdout.")
-@click.option("--api-key", envvar="STRATA_API_KEY", default=None,
-              help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on every endpoint except /health.")
 @click.option("--no-auth-ok", is_flag=True, help="Allow a non-loopback --host without an api key.")
 @click.option("--served-model-name", default=None, help="Model id shown by /v1/models (default: the engine's).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=8 * 1024 * 1024, show_default=True,
@@ -164,13 +157,20 @@ def main() -> None:
                    "(STRATA_COMPILED_GEMMS=aten: MKL's) and its decode attention in one native call (STRATA_DECODE_KERNEL=0: ATen's per-row calls), the mixed read and the merged decode (the fastest measured layout on a multi-core CPU; docs/SERVER.md, 'Layouts'); "
                    f"plain: the flags alone; auto: fastest on a CPU with 2+ cores unless a layout flag ({LAYOUT_FLAGS}) "
                    "is given (STRATA_LAYOUT=plain|fastest sets what auto means).")
+@click.option("--print-config", is_flag=True, help="Print each resolved config field and where it came from "
+              "(a flag, the layout, a STRATA_* variable or the default), then exit without loading the model.")
 def serve(host: str, port: int, api_key: str | None, no_auth_ok: bool, served_model_name: str | None,
-          max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, **options: Any) -> None:
+          max_body_bytes: int, drain_timeout: float, log_level: str, layout: str, print_config: bool,
+          **options: Any) -> None:
     """Serve the OpenAI-compatible HTTP API (docs/API.md) until SIGTERM/SIGINT."""
     from .server.run import is_loopback
     from .server.run import serve as run_server
 
-    config = _laid_out(engine_config(options), layout)
+    config = _laid_out(engine_config(options), layout, print_config)
+    try:
+        api_key = knobs.read("STRATA_API_KEY") if api_key is None else api_key
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
     if not api_key and not is_loopback(host) and not no_auth_ok:
         raise click.UsageError(f"--host {host} is reachable beyond this machine: set --api-key (or STRATA_API_KEY), "
                                "or pass --no-auth-ok to serve without one")

@@ -1,28 +1,20 @@
 """Engine and scheduler configuration: frozen dataclasses, validated in __post_init__.
 
-The STRATA_* environment variables are read here and nowhere else (`SchedulerConfig.with_env`).
-A bad value (empty, negative, not a number) falls back to the default with one warning, as the spec's
-getenv-based knobs do; unset or zero piece size means the default one-run read ("release").
+The STRATA_* variables are listed and parsed in knobs.py; the scheduler's are applied here (`SchedulerConfig.with_env`).
+Unset or empty keeps the default, a bad value raises naming the variable; zero piece size means the one-run read ("release").
 """
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from . import knobs
 from .kernel_switches import KERNEL_ENVS, kernel_mode
 
-# Variable name -> (SchedulerConfig field, type, default, minimum allowed or None)
-ENV_VARS: dict[str, tuple[str, type, float, float | None]] = {
-    "STRATA_PIPED_READ_PIECE": ("piped_read_piece", int, 0, 0),
-    "STRATA_BATCH_DECODE_SHARE": ("decode_share", float, 0.5, 0.0),
-    "STRATA_PIPED_DECODE_MIN_MS": ("decode_min_ms", float, 20.0, 0.0),
-    "STRATA_PIPED_DECODE_MAX_MS": ("decode_max_ms", float, 400.0, 0.0),
-    "STRATA_PIPED_READ_MIX": ("read_mix", int, 0, 0),
-    "STRATA_PIPED_PAUSE_TARGET_MS": ("pause_target_ms", float, 0.0, 0.0),
-    "STRATA_PIPED_DECODE_MERGE": ("decode_merge", int, 0, 0),
-}
+# Variable name -> the SchedulerConfig field it sets (knobs.KNOBS has the rest: parser, default, help)
+ENV_VARS: dict[str, str] = {name: knob.sets.split(".", 1)[1] for name, knob in knobs.KNOBS.items()
+                            if knob.sets.startswith("SchedulerConfig.")}
 
 STAGE_WORKERS = ("auto", "thread", "dist")
 # The host store's default cap: 1 GiB holds 64 agents' 4,000-token contexts of the embedded model (4 KiB of
@@ -31,51 +23,14 @@ DEFAULT_PROMPT_CACHE_MIB = 1024
 PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
 COMPILED_GEMMS_ENV = "STRATA_COMPILED_GEMMS"  # the compiled step's GEMMs (runtime/compiled_step.py)
-COMPILED_GEMMS = ("aten", "template")
 
 
 def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") -> str:
     """`STRATA_COMPILED_GEMMS`: aten or template where set (anything else is an error naming it), else `default`."""
-    value = (os.environ if env is None else env).get(COMPILED_GEMMS_ENV, "").strip() or default
-    if value not in COMPILED_GEMMS:
-        raise ValueError(f"{COMPILED_GEMMS_ENV} must be one of {', '.join(COMPILED_GEMMS)}, got {value!r}")
-    return value
+    return knobs.read(COMPILED_GEMMS_ENV, env, default)
 
 
 STAGE_RANKS = ("launch", "join")
-# Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md), read as they always were
-# (any non-empty value counts; the row tile as an integer) and handed to the thread pipeline by build_torch
-ROW_TILE_ENV = "STRATA_ROW_TILE"  # set: every stage (threads or ranks) pads rows to this tile (1 = off) instead of the probed one
-DECODE_ALL_THREADS_ENV = "STRATA_DECODE_ALL_THREADS"  # set: decode parts at the stage's full thread count (the old way)
-
-ENV_HELP = {
-    "STRATA_PIPED_READ_PIECE": "pipelined groups: read prompts in pieces of N tokens (whole chunks, 1-32); 0/unset = one run (release)",
-    "STRATA_BATCH_DECODE_SHARE": "decode time between read chunks/pieces as a share of the chunk/piece's read time",
-    "STRATA_PIPED_DECODE_MIN_MS": "floor of the decode budget after a piece (ms)",
-    "STRATA_PIPED_DECODE_MAX_MS": "cap of the decode budget after a piece (ms)",
-    "STRATA_PIPED_READ_MIX": "1 = mixed read: every micro-batch carries one read chunk plus a group's decode tokens",
-    "STRATA_PIPED_PAUSE_TARGET_MS": "while a slot decodes, end each read run before T ms (predicted from the run's own measured chunk times); with the mixed read, decode tokens ride only when due; 0 = off",
-    "STRATA_PIPED_DECODE_MERGE": "1 = while nothing is read, every group's decoding rows go as one micro-batch (one pass through the stages instead of one per group); reads keep the groups",
-}
-
-
-def env_number(env: Mapping[str, str], name: str, cast: type, default: float, minimum: float | None):
-    """Read one numeric variable; a bad value keeps `default` (the variable's default, or the value a layout
-    set: layout.py) with one warning naming the variable and the value kept."""
-    raw = env.get(name)
-    if raw is None:
-        return cast(default)
-    try:
-        value = cast(float(raw.strip()))
-        if value != value:  # NaN
-            raise ValueError
-    except (ValueError, TypeError, OverflowError):
-        warnings.warn(f"{name}={raw!r} is not a number; keeping {default}", stacklevel=3)
-        return cast(default)
-    if minimum is not None and value < minimum:
-        warnings.warn(f"{name}={raw!r} is below {minimum}; keeping {default}", stacklevel=3)
-        return cast(default)
-    return value
 
 
 @dataclass(frozen=True)
@@ -96,6 +51,7 @@ class SchedulerConfig:
     decode_merge: int = 0
     prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
     prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
+    # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md); build_torch hands them on
     row_tile: int | None = None  # STRATA_ROW_TILE for every stage runtime; None = the probed tile
     decode_all_threads: bool = False  # STRATA_DECODE_ALL_THREADS: no decode at 1 thread in thread stages
 
@@ -127,23 +83,9 @@ class SchedulerConfig:
         return [list(range(sum(sizes[:g]), sum(sizes[: g + 1]))) for g in range(self.batch_groups)]
 
     def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
-        """The STRATA_* variables over this config: an unset (or bad) one keeps this config's value, which is
-        the variable's default unless a layout set it (layout.py)."""
-        env = os.environ if env is None else env
-        values = {fld: env_number(env, name, cast, getattr(self, fld), minimum) for name, (fld, cast, _, minimum) in ENV_VARS.items()}
-        if values["decode_max_ms"] < values["decode_min_ms"]:
-            warnings.warn("STRATA_PIPED_DECODE_MAX_MS is below STRATA_PIPED_DECODE_MIN_MS; using both defaults", stacklevel=2)
-            values["decode_min_ms"], values["decode_max_ms"] = self.decode_min_ms, self.decode_max_ms
-        if env.get(ROW_TILE_ENV):
-            raw = env[ROW_TILE_ENV]
-            try:
-                values["row_tile"] = int(raw)
-            except ValueError:
-                raise ValueError(f"{ROW_TILE_ENV}={raw!r} is not an integer (a row tile: 1 = padding off)") from None
-            if values["row_tile"] < 1:
-                raise ValueError(f"{ROW_TILE_ENV}={raw!r} must be >= 1 (1 = padding off)")
-        values["decode_all_threads"] = bool(env.get(DECODE_ALL_THREADS_ENV))
-        return replace(self, **values)
+        """The STRATA_* variables over this config: an unset one keeps this config's value, which is the
+        variable's default unless a layout set it (layout.py); a bad one (or MAX below MIN) raises naming it."""
+        return replace(self, **{fld: knobs.read(name, env, getattr(self, fld)) for name, fld in ENV_VARS.items()})
 
 
 @dataclass(frozen=True)
@@ -172,7 +114,7 @@ class EngineConfig:
     log_events: bool = False  # echo events to stderr (the server's --log-events); else to logging at DEBUG
     prompt_cache_mib: int = DEFAULT_PROMPT_CACHE_MIB  # host store cap; 0 = no prompt cache at all (slots nor store)
     layout: str = "plain"  # "plain" or "fastest" (layout.py, which also sets the fields that layout needs)
-    env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = os.environ
+    env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)  # None = the process environment
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, str):
@@ -219,6 +161,7 @@ class EngineConfig:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
             except ValueError:
                 raise ValueError(f"batch_groups must be an integer or 'auto', got {self.batch_groups!r}") from None
+        self.scheduler_config()  # a bad STRATA_* scheduler variable too
 
     @property
     def num_stages(self) -> int:
@@ -237,10 +180,8 @@ class EngineConfig:
         talk over gloo through host memory (docs/DISTRIBUTED.md), and there is no NCCL path."""
         if self.stage_workers != "auto":
             return self.stage_workers
-        chosen = (os.environ if self.env is None else self.env).get(STAGE_WORKERS_ENV, "")
+        chosen = knobs.read(STAGE_WORKERS_ENV, self.env)
         if chosen:  # what auto means here (the test suite keeps its many small engines on threads)
-            if chosen not in ("thread", "dist"):
-                raise ValueError(f"{STAGE_WORKERS_ENV} must be thread or dist, got {chosen!r}")
             return chosen
         overlap = self.num_stages >= 2 and self.resolved_batch_groups() >= 2
         cpu_only = all(str(device).startswith("cpu") for device in stage_devices)

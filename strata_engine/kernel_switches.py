@@ -2,7 +2,7 @@
 
 Contract: `kernel_mode(name)` reads one op's variable (`KERNEL_ENVS`): auto or unset = the faster of the op
 and ATen's calls as measured on this machine (runtime/native_ops.py), 1 = the op, 0 = ATen's calls;
-anything else raises naming the variable. `native_march()` is g++'s -march for every op (default
+anything else raises naming the variable (knobs.py parses both). `native_march()` is g++'s -march for every op (default
 native); `cache_dir()` is where per-machine verdicts are kept; `keep_compile_cache()` (the command line's,
 before an engine is built) puts inductor's compile cache there too, unless TORCHINDUCTOR_CACHE_DIR is set.
 """
@@ -12,34 +12,27 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import knobs
+
 # model/chunk_kernel.py, runtime/decode_kernel.py, model/expert_kernel.py
 KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL", "STRATA_EXPERT_KERNEL")
-KERNEL_MODES = {"0": "aten", "1": "native", "auto": "auto"}
 NATIVE_MARCH_ENV = "STRATA_NATIVE_MARCH"  # the native ops' -march (default native; x86-64-v2/v3/v4 to run a lower ISA)
 
 
 def kernel_mode(name: str, env: Mapping[str, str] | None = None) -> str:
     """A native op's switch: auto (or unset) = whichever of the op and ATen's calls measures faster here,
     1 = the op, 0 = ATen's calls -> "auto", "native" or "aten"; anything else is an error naming it."""
-    value = (os.environ if env is None else env).get(name, "").strip() or "auto"
-    if value not in KERNEL_MODES:
-        raise ValueError(f"{name} must be 0 (ATen's calls), 1 (the native op) or auto (the faster of the two, "
-                         f"measured on this machine; the default), got {value!r}")
-    return KERNEL_MODES[value]
+    return knobs.read(name, env)
 
 
 def native_march(env: Mapping[str, str] | None = None) -> str:
     """`STRATA_NATIVE_MARCH`: the ISA level the native ops are built for (g++'s -march), default native."""
-    value = (os.environ if env is None else env).get(NATIVE_MARCH_ENV, "").strip() or "native"
-    if not all(c.isalnum() or c in "-_.+" for c in value):
-        raise ValueError(f"{NATIVE_MARCH_ENV} must be a g++ -march value (native, x86-64-v2, x86-64-v3, x86-64-v4, ...), "
-                         f"got {value!r}")
-    return value
+    return knobs.read(NATIVE_MARCH_ENV, env)
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the engine keeps what it measured per machine: $XDG_CACHE_HOME/strata, else ~/.cache/strata."""
-    root = (os.environ if env is None else env).get("XDG_CACHE_HOME", "").strip()
+    root = knobs.environ(env).get("XDG_CACHE_HOME", "").strip()
     return (Path(root) if root else Path.home() / ".cache") / "strata"
 
 

@@ -10,6 +10,7 @@ the mixed read and the merged decode); `auto` (the default) means
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
 auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
 what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why` is one line for the log.
+`provenance(...)` says where each resolved field came from (`serve --print-config`).
 
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
 STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
@@ -17,10 +18,11 @@ STRATA_* variables still override them (`EngineConfig.scheduler_config`, `Engine
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Callable, Collection, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Collection, Mapping
 
-from .config import EngineConfig
+from . import knobs
+from .config import ENV_VARS, EngineConfig, SchedulerConfig
 
 LAYOUTS = ("auto", "plain", "fastest")
 LAYOUT_ENV = "STRATA_LAYOUT"  # what --layout auto picks: plain or fastest
@@ -78,14 +80,11 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
             machine: Callable[[EngineConfig], Machine] | Machine | None = None) -> tuple[EngineConfig, str]:
     if requested not in LAYOUTS:
         raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, got {requested!r}")
-    env = os.environ if env is None else env
     if requested == "plain":
         return config, "plain: the flags as given (--layout plain)"
     shaped = [name for name in SHAPING if name in given]
     if requested == "auto":
-        meant = env.get(LAYOUT_ENV, "") or "fastest"
-        if meant not in ("plain", "fastest"):
-            raise ValueError(f"{LAYOUT_ENV} must be plain or fastest, got {meant!r}")
+        meant = knobs.read(LAYOUT_ENV, env)
         if meant == "plain":
             return config, f"plain: {LAYOUT_ENV}=plain"
         if shaped:
@@ -105,3 +104,35 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
                       "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
                       "merged decode "
                       "(--layout plain: the flags alone)")
+
+
+def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[str]) -> list[tuple[str, Any, str]]:
+    """(field, value, source) for each EngineConfig and SchedulerConfig field of `laid_out` (`flagged` before
+    `resolve`, `given` the flags given, --layout as "layout"): a flag, `layout`, a STRATA_* variable or `default`."""
+    rows, env = [], laid_out.env
+    for f in [f for f in fields(EngineConfig) if f.name != "env"]:
+        value = getattr(laid_out, f.name)
+        auto = {"layout": LAYOUT_ENV, "stage_workers": "STRATA_STAGE_WORKERS"}.get(f.name)  # what auto means
+        if f.name in given:
+            source = "--" + f.name.replace("_", "-")
+        elif auto and knobs.is_set(auto, env) and (f.name == "layout" or value == "auto"):
+            source = f"{auto}={knobs.read(auto, env)} (what auto means)"
+        elif f.name == "layout":
+            source = "default (--layout auto)"
+        else:
+            source = "layout" if value != getattr(flagged, f.name) else "default"
+        rows.append((f"EngineConfig.{f.name}", value, source))
+    gemms = "STRATA_COMPILED_GEMMS" if knobs.is_set("STRATA_COMPILED_GEMMS", env) else "layout" if laid_out.layout == "fastest" else "default"
+    rows.append(("EngineConfig.compiled_gemms()", laid_out.compiled_gemms(), gemms))
+    variables = {field: name for name, field in ENV_VARS.items()}
+    sched = laid_out.scheduler_config()
+    for f in fields(SchedulerConfig):
+        value, name = getattr(sched, f.name), variables.get(f.name)
+        if name:
+            source = name if knobs.is_set(name, env) else "layout" if value != knobs.KNOBS[name].default else "default"
+        elif f.name == "ctx" and laid_out.ctx is None:
+            value, source = None, "derived from the model and the memory at engine start"
+        else:
+            source = "default" if f.name == "prompt_cache_min_tokens" else "EngineConfig"
+        rows.append((f"SchedulerConfig.{f.name}", value, source))
+    return rows

@@ -106,7 +106,7 @@ def test_no_cycle_even_through_imports_inside_functions(package):
 # The engine's layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and any lower one;
 # layers of equal rank (the model and the scheduler) do not import each other. `base` is what every layer names.
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "base": (0, ("tokens", "errors", "params", "config", "kernel_switches", "events", "context_length", "finish")),
+    "base": (0, ("tokens", "errors", "params", "knobs", "config", "kernel_switches", "events", "context_length", "finish")),
     "model": (1, ("model",)),
     "scheduler": (1, ("scheduler",)),
     "runtime": (2, ("runtime",)),

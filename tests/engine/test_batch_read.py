@@ -7,6 +7,7 @@ import warnings
 import pytest
 
 from strata_engine.config import ENV_VARS, SchedulerConfig
+from strata_engine.knobs import KNOBS
 from strata_engine.scheduler.batch_read import (
     MAX_PIECE_CHUNKS,
     batch_read_piece,
@@ -120,29 +121,24 @@ def test_env_values_are_read():
     assert (cfg.piped_read_piece, cfg.decode_share, cfg.decode_max_ms, cfg.decode_min_ms) == (16384, 0.25, 300.0, 20.0)
 
 
-def test_unset_env_gives_defaults_without_warning():
+def test_unset_or_empty_env_gives_defaults_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        cfg = SchedulerConfig().with_env({})
-    for name, (field, cast, default, _minimum) in ENV_VARS.items():
-        assert getattr(cfg, field) == cast(default), name
+        unset, empty = SchedulerConfig().with_env({}), SchedulerConfig().with_env({name: " " for name in ENV_VARS})
+    for name, field in ENV_VARS.items():
+        assert getattr(unset, field) == getattr(empty, field) == KNOBS[name].default, name
 
 
 @pytest.mark.parametrize("name", sorted(ENV_VARS))
-@pytest.mark.parametrize("raw, why", [("", "not a number"), ("abc", "not a number"), ("-5", "below"), ("nan", "not a number")])
-def test_bad_env_value_gives_default_and_one_warning(name, raw, why):
-    field, cast, default, _minimum = ENV_VARS[name]
-    with pytest.warns(UserWarning) as caught:
-        cfg = SchedulerConfig().with_env({name: raw})
-    assert getattr(cfg, field) == cast(default)
-    assert len(caught) == 1
-    assert name in str(caught[0].message) and why in str(caught[0].message)
+@pytest.mark.parametrize("raw, why", [("abc", "is not"), ("-5", "is "), ("nan", "is not")])
+def test_bad_env_value_raises_naming_the_variable_and_value(name, raw, why):
+    with pytest.raises(ValueError, match=f"^{name}='{raw}' {why}.*\\(.+\\)$"):
+        SchedulerConfig().with_env({name: raw})
 
 
-def test_decode_max_below_min_falls_back_to_both_defaults():
-    with pytest.warns(UserWarning, match="below STRATA_PIPED_DECODE_MIN_MS"):
-        cfg = SchedulerConfig().with_env({"STRATA_PIPED_DECODE_MIN_MS": "500", "STRATA_PIPED_DECODE_MAX_MS": "100"})
-    assert (cfg.decode_min_ms, cfg.decode_max_ms) == (20.0, 400.0)
+def test_decode_max_below_min_raises_naming_both():
+    with pytest.raises(ValueError, match=r"STRATA_PIPED_DECODE_MAX_MS \(100.0\) is below STRATA_PIPED_DECODE_MIN_MS \(500.0\)"):
+        SchedulerConfig().with_env({"STRATA_PIPED_DECODE_MIN_MS": "500", "STRATA_PIPED_DECODE_MAX_MS": "100"})
 
 
 def test_piece_env_zero_means_one_run():
@@ -155,11 +151,14 @@ def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
     assert (unset.row_tile, unset.decode_all_threads) == (None, False)
     empty = SchedulerConfig().with_env({"STRATA_ROW_TILE": "", "STRATA_DECODE_ALL_THREADS": ""})
     assert (empty.row_tile, empty.decode_all_threads) == (None, False)
-    cfg = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "0"})  # any value sets it
-    assert (cfg.row_tile, cfg.decode_all_threads) == (1, True)
-    with pytest.raises(ValueError, match="STRATA_ROW_TILE='abc' is not an integer"):
+    cfg = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "0"})  # 0 = off
+    assert (cfg.row_tile, cfg.decode_all_threads) == (1, False)
+    assert SchedulerConfig().with_env({"STRATA_DECODE_ALL_THREADS": "1"}).decode_all_threads is True
+    with pytest.raises(ValueError, match=r"STRATA_ROW_TILE='abc' is not a number \(a whole number >= 1"):
         SchedulerConfig().with_env({"STRATA_ROW_TILE": "abc"})
-    with pytest.raises(ValueError, match="STRATA_ROW_TILE='0' must be >= 1"):
+    with pytest.raises(ValueError, match="STRATA_ROW_TILE='0' is below 1"):
         SchedulerConfig().with_env({"STRATA_ROW_TILE": "0"})
+    with pytest.raises(ValueError, match="STRATA_DECODE_ALL_THREADS='2' is not one of 0, 1"):
+        SchedulerConfig().with_env({"STRATA_DECODE_ALL_THREADS": "2"})
 
 

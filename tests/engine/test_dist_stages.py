@@ -159,7 +159,7 @@ def test_stage_workers_config():
     assert EngineConfig(split=2, batch=4, batch_groups=2, env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for(["cpu", "cpu"]) == "thread"
     assert EngineConfig(split=2, batch=4, batch_groups=1, env={"STRATA_STAGE_WORKERS": "dist"}).stage_workers_for() == "dist"
     assert EngineConfig(stage_workers="dist", env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for() == "dist"
-    with pytest.raises(ValueError, match="STRATA_STAGE_WORKERS must be thread or dist, got 'process'"):
+    with pytest.raises(ValueError, match="STRATA_STAGE_WORKERS='process' is not one of thread, dist"):
         EngineConfig(split=2, batch=4, env={"STRATA_STAGE_WORKERS": "process"}).stage_workers_for()
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from strata_engine.config import EngineConfig
-from strata_engine.layout import FASTEST_CHUNK, LAYOUT_ENV, Machine, resolve
+from strata_engine.layout import FASTEST_CHUNK, LAYOUT_ENV, Machine, provenance, resolve
 
 TWO_CORES = Machine(cores=2, cuda=False, layers=4)
 EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
@@ -38,9 +38,10 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
     env = {"STRATA_PIPED_DECODE_MERGE": "0", "STRATA_PIPED_READ_PIECE": "512"}
     sched = EngineConfig(batch=6, layout="fastest", env=env).scheduler_config()
     assert (sched.decode_merge, sched.read_mix, sched.piped_read_piece) == (0, 1, 512)
-    with pytest.warns(UserWarning, match=r"STRATA_PIPED_DECODE_MERGE='yes' is not a number; keeping 1"):
-        sched = EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": "yes"}).scheduler_config()
-    assert sched.decode_merge == 1  # the layout's value, not the variable's default (0)
+    sched = EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": ""}).scheduler_config()
+    assert sched.decode_merge == 1  # empty is unset: the layout's value, not the variable's default (0)
+    with pytest.raises(ValueError, match=r"STRATA_PIPED_DECODE_MERGE='maybe' is not one of 0, 1"):
+        EngineConfig(batch=6, layout="fastest", env={"STRATA_PIPED_DECODE_MERGE": "maybe"}).scheduler_config()
 
 
 def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_environment_says():
@@ -49,7 +50,7 @@ def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_envi
     aten = {"STRATA_COMPILED_GEMMS": "aten"}
     assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
     assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
-    with pytest.raises(ValueError, match="STRATA_COMPILED_GEMMS must be one of aten, template, got 'mkl'"):
+    with pytest.raises(ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"):
         EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "mkl"})
 
 
@@ -82,7 +83,7 @@ def test_the_environment_sets_what_auto_means_and_bad_values_name_the_variable()
     assert resolve(config, "auto", set(), env={LAYOUT_ENV: "plain"}, machine=TWO_CORES)[0] is config
     assert resolve(config, "auto", set(), env={LAYOUT_ENV: "fastest"}, machine=TWO_CORES)[0].layout == "fastest"
     assert resolve(config, "plain", set(), env={LAYOUT_ENV: "fastest"}, machine=TWO_CORES)[0] is config
-    with pytest.raises(ValueError, match="STRATA_LAYOUT must be plain or fastest, got 'quick'"):
+    with pytest.raises(ValueError, match=r"STRATA_LAYOUT='quick' is not one of plain, fastest \(plain or fastest\)"):
         resolve(config, "auto", set(), env={LAYOUT_ENV: "quick"}, machine=TWO_CORES)
 
 
@@ -124,3 +125,34 @@ def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_token
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_provenance_names_the_flag_the_layout_the_variable_or_the_default():
+    flagged = EngineConfig(batch=6, env={"STRATA_PIPED_PAUSE_TARGET_MS": "80"})
+    laid_out, _ = resolve(flagged, "fastest", {"batch"}, env={}, machine=TWO_CORES)
+    rows = {field: (value, source) for field, value, source in provenance(flagged, laid_out, {"batch"})}
+    assert rows["EngineConfig.batch"] == (6, "--batch")
+    assert rows["EngineConfig.compile"] == (True, "layout")
+    assert rows["EngineConfig.seed"] == (0, "default")
+    assert rows["EngineConfig.compiled_gemms()"] == ("template", "layout")
+    assert rows["SchedulerConfig.decode_merge"] == (1, "layout")
+    assert rows["SchedulerConfig.pause_target_ms"] == (80.0, "STRATA_PIPED_PAUSE_TARGET_MS")
+    assert rows["SchedulerConfig.ctx"][0] is None  # derived at engine start, not here
+    assert "EngineConfig.env" not in rows
+
+
+def test_print_config_prints_each_field_and_its_source_and_exits_0():
+    from click.testing import CliRunner
+
+    from strata_engine import cli
+
+    env = {"STRATA_LAYOUT": "plain", "STRATA_PIPED_READ_MIX": "1", "STRATA_STAGE_WORKERS": "thread"}
+    result = CliRunner().invoke(cli.main, ["serve", "--executor", "sim", "--batch", "6", "--print-config"], env=env)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "EngineConfig.batch = 6  (--batch)" in lines
+    assert "EngineConfig.layout = 'plain'  (STRATA_LAYOUT=plain (what auto means))" in lines
+    assert "EngineConfig.stage_workers = 'auto'  (STRATA_STAGE_WORKERS=thread (what auto means))" in lines
+    assert "SchedulerConfig.read_mix = 1  (STRATA_PIPED_READ_MIX)" in lines
+    assert "SchedulerConfig.decode_share = 0.5  (default)" in lines
+    assert "STRATA_READY" not in result.stdout  # nothing was served
