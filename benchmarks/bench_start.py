@@ -4,7 +4,8 @@
 Cold: every cache the engine fills on a first start is a fresh empty folder (XDG_CACHE_HOME for the kernel
 verdicts and inductor's compile cache, TORCH_EXTENSIONS_DIR for the native ops' builds), as on a machine that
 never ran it. Warm: the same folders again, --warm times. Each start's wall time to health is measured
-here, and its own stderr's "ready in" line gives the compiling part. Prints a markdown table with the CPU.
+here, its own stderr's "ready in" line gives the compiling part, and `/v1/engine`'s `rss_bytes` the memory
+it holds before its first request. Prints a markdown table with the CPU.
 
   .venv/bin/python benchmarks/bench_start.py --warm 2
   .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
@@ -20,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -29,11 +32,13 @@ from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 CACHES = ("XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
 
-def start_once(command: str, timeout: float) -> tuple[float, str]:
-    """Seconds to health, and the engine's "ready in" line (or its last stderr line)."""
+def start_once(command: str, timeout: float) -> tuple[float, str, str]:
+    """Seconds to health, the engine's "ready in" line (or its last stderr line) and its resident memory."""
     began = time.monotonic()
     with EngineProcess(command, name="strata", start_timeout=timeout) as engine:
         took = time.monotonic() - began
+        rss = httpx.get(f"{engine.url}/v1/engine", timeout=30).json().get("rss_bytes")
+        resident = f"{rss / 1e6:.0f} MB" if rss else "-"
         deadline = time.monotonic() + 10
         lines: list[str] = []
         while time.monotonic() < deadline:  # the line follows the health by a moment
@@ -42,7 +47,7 @@ def start_once(command: str, timeout: float) -> tuple[float, str]:
                 break
             time.sleep(0.2)
     ready = next((line for line in reversed(lines) if "ready in" in line), lines[-1] if lines else "")
-    return took, ready.replace("strata-engine: ", "")
+    return took, ready.replace("strata-engine: ", ""), resident
 
 
 def main() -> int:
@@ -62,9 +67,9 @@ def main() -> int:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # serve puts it under XDG_CACHE_HOME/strata/inductor
         for i in range(1 + args.warm):
             kind = "cold" if i == 0 else f"warm {i}"
-            took, ready = start_once(command, args.timeout)
+            took, ready, resident = start_once(command, args.timeout)
             compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
-            rows.append(f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {ready} |")
+            rows.append(f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {resident} | {ready} |")
             print(rows[-1], file=sys.stderr, flush=True)
     finally:
         for name, value in saved.items():
@@ -77,8 +82,8 @@ def main() -> int:
     print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, "
           f"{' '.join(cpu_flags('avx512')) or 'no avx512'}")
     print()
-    print("| start | to health | compiling | the engine's ready line |")
-    print("|---|---:|---:|---|")
+    print("| start | to health | compiling | resident | the engine's ready line |")
+    print("|---|---:|---:|---:|---|")
     print("\n".join(rows))
     return 0
 

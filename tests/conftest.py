@@ -53,7 +53,16 @@ def vllm_server(tmp_path_factory):
         yield server.url
 
 
+SHARED_SERVERS = ("vllm_server", "llama_gguf")  # session fixtures: with pytest-xdist, one worker holds each
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests on vLLM's server run last, together: the session's one server, idle, still keeps ~10% of a core
-    busy, so it lives for those tests, not for the whole slow run."""
+    busy, so it lives for those tests, not for the whole slow run. Under `-n N --dist loadgroup` the tests of
+    each shared server go to one worker, so it starts once."""
     items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
+    for item in items:
+        for name in SHARED_SERVERS:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
+                break

@@ -170,7 +170,7 @@ VLLM_SERVER = "a vLLM server for the commands after it; tests/conftest.py's vllm
 CHECKS: dict[str, object] = {
     # README.md
     "bash scripts/install.sh && .venv/bin/strata-bench demo": Run((OWN_INSTALL, NO_DEMO_REPEATS)),
-    "bash scripts/install.sh --test && .venv/bin/python -m pytest -q": Skip(INSTALLED),
+    "bash scripts/install.sh --test && .venv/bin/python -m pytest -q -n 2": Skip(INSTALLED),
     "STRATA_PIPED_READ_PIECE=768 .venv/bin/strata-engine serve --split 2 --batch 4 --batch-groups 2 --prefill-chunk 256 --port 0": Serve(),
     ".venv/bin/strata-bench run --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2' --arm pieces='env STRATA_PIPED_READ_PIECE=1024 strata-engine serve --split 2 --batch 6 --batch-groups 2' --scenarios two_joiners,followup,read_alone --scale 0.05 --repeat 3 --out runs/pieces": Run(SMALL),
     ".venv/bin/strata-bench report runs/pieces && .venv/bin/strata-bench plot runs/pieces": Run(),
@@ -277,6 +277,8 @@ CHECKS: dict[str, object] = {
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
+    ".venv/bin/python benchmarks/bench_start.py --warm 1 -- --layout plain --batch 4":
+        Run(((r"--warm 1 -- --layout plain --batch 4$", "--warm 0 -- --executor sim --batch 4"),)),
     # docs/measurements/gate-under-load.md: Strata's run checks the script (one quiet run, one "loaded" with no hog)
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05":
         Run(((r"--runs 10", "--runs 1 --hogs 0"),)),
