@@ -46,7 +46,8 @@ def test_packed_events_give_k_tokens_one_timestamp(synthetic):
     assert len(r.times) == 10
     t = r.times
     assert t[0] == t[1] == t[2] and t[3] == t[4] == t[5] and t[6] == t[7] == t[8]
-    assert len(set(t)) == 4  # 3 + 3 + 3 + 1: four events, four arrival times
+    assert t == sorted(t) and r.events == 5  # 3 + 3 + 3 + 1 tokens in four events, then usage
+    # (not four distinct times: on a loaded machine two events can arrive in one read and share one)
 
 
 def test_text_only_server_counts_one_token_per_event_and_says_when_usage_disagrees(synthetic):
