@@ -99,7 +99,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
                                    torch.tensor([], dtype=dtype).element_size())
     return Backend(
-        executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token),
+        executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token, kv_window=model_config.sliding_window),
         tokenizer=tokenizer,
         model_name=os.path.basename(str(config.model).rstrip("/")) or str(config.model),
         device=",".join(sorted({s.device for s in stages})),

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
+from ..model.kv_cache import trim_floor
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
 from ..runtime.prefix_copies import PrefixCopy
 from ..scheduler.read_policy import choose_rider, end_run, issue_depth, rider_interval_ms, run_interval_ms
@@ -22,10 +23,14 @@ from ..scheduler.request import Phase, Request
 class TorchExecutor:
     supports_prefix_cache = True  # scheduler/protocol.PrefixCopies: each stage copies its own layers
 
-    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter, kv_bytes_per_token: int = 0):
+    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter, kv_bytes_per_token: int = 0,
+                 kv_window: int | None = None):
         self.pipeline = pipeline
         self.clock = clock
         self.kv_bytes_per_token = kv_bytes_per_token  # 0: no host store (slots are still reused)
+        self.kv_window = kv_window  # the model's sliding window: the stages let go of KV behind it
+        self._floors: dict[int, int] = {}  # slot -> positions below it let go of (the stages' trim, predicted)
+        self._saved_floors: dict[int, int] = {}  # stored prefix key -> its slot's floor when saved
         self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     @property
@@ -45,7 +50,24 @@ class TorchExecutor:
     def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
         # Attention reads only positions 0..a query's own, all written by this request or kept for it
         # (the prompt cache), so what lies past them is never seen: nothing to reset.
-        pass
+        if keep_tokens == 0:
+            self._floors[slot] = 0  # a cold read writes from position 0 again
+
+    def kv_min_keep(self, slot: int) -> int:
+        """The fewest tokens a next request may keep of what the slot holds: its first query must still see
+        every key of its window (0: any prefix)."""
+        floor = self._floors.get(slot, 0)
+        return 0 if floor == 0 or self.kv_window is None else floor + self.kv_window - 1
+
+    def _submit(self, mb: MicroBatch) -> None:
+        """Into the pipeline, predicting the trim each stage makes before the forward (model/kv_cache.py)."""
+        if self.kv_window is not None:
+            for part in mb.parts:
+                for row in part.rows.rows:
+                    floor = trim_floor(row.first, self.kv_window)
+                    if floor > self._floors.get(row.slot, 0):
+                        self._floors[row.slot] = floor
+        self.pipeline.submit(mb)
 
     def free_slot(self, slot: int) -> None:
         pass  # the KV stays: the prompt cache may give the slot's prefix to the next request
@@ -59,12 +81,15 @@ class TorchExecutor:
 
     def save_prefix(self, key: int, slot: int, tokens: int) -> None:
         self._copy(PrefixCopy("save", key, slot, tokens))
+        self._saved_floors[key] = self._floors.get(slot, 0)
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
         self._copy(PrefixCopy("restore", key, slot, tokens))
+        self._floors[slot] = self._saved_floors.get(key, 0)
 
     def drop_prefix(self, key: int) -> None:
         self._copy(PrefixCopy("drop", key))
+        self._saved_floors.pop(key, None)
 
     def kv_generation(self) -> int:
         return int(getattr(self.pipeline, "epoch", 0))  # stage ranks that restarted lost every slot's KV
@@ -82,7 +107,7 @@ class TorchExecutor:
         t0 = self.clock()
         if should_stop is None and budget_ms is None:
             for start, end in chunks:
-                self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
+                self._submit(MicroBatch([self._read_part(request, start, end)]))
             results = self.pipeline.drain()
         else:  # an interruptible run: read_policy says how deep to fill and whether to issue each chunk
             results, pending, completions = [], list(chunks), []
@@ -96,7 +121,7 @@ class TorchExecutor:
                         pending = []
                         continue
                     start, end = pending.pop(0)
-                    self.pipeline.submit(MicroBatch([self._read_part(request, start, end)]))
+                    self._submit(MicroBatch([self._read_part(request, start, end)]))
                     continue
                 results.append(self.pipeline.get())
                 completions.append((self.clock() - t0) * 1000.0)
@@ -148,7 +173,7 @@ class TorchExecutor:
             rows = self._live(groups[gi])
             if rows:
                 started[gi] += 1
-                self.pipeline.submit(MicroBatch([self._decode_part(rows)], tag=(gi, rows)))
+                self._submit(MicroBatch([self._decode_part(rows)], tag=(gi, rows)))
 
         for gi in range(len(groups)):  # fill the pipeline: one micro-batch per group in flight
             feed(gi)
@@ -204,7 +229,7 @@ class TorchExecutor:
                 busy.add(gi)
             part = Part.ragged([self._chunk_row(request, start, end)] + self._decode_rows(rows), want_logits=final or bool(rows))
             submitted_at[seq] = self.clock()
-            self.pipeline.submit(MicroBatch([part], tag=(seq, gi, rows, final)))
+            self._submit(MicroBatch([part], tag=(seq, gi, rows, final)))
             seq += 1
 
         for _ in range(min(self.num_stages, len(pending))):

@@ -7,12 +7,17 @@ or past `ctx` raises `ContextOverflowError` naming the slot, the position and ct
 `save` / `restore` copy a slot's first positions to host memory and back (the prompt cache's store).
 On CPU the tensors sit in an anonymous private mapping: pages read as zero and the OS commits them as
 positions are written, so a slot's resident memory follows the positions it used, not `ctx`; `reset`
-hands a slot's pages back.
+hands a slot's pages back. With a sliding window W, `trim(rows)` (each stage, before a forward) hands back
+the pages of positions below `trim_floor(row.first)`: W + TRIM_MARGIN behind the row, which no query of it
+or after it reads, and which a later turn keeping at least floor + W - 1 tokens does not need either. A
+slot then holds about W + TRIM_MARGIN + a chunk positions at any context. `save` copies from the lowest
+position still held.
 """
 from __future__ import annotations
 
 import mmap
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
@@ -40,24 +45,55 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device 
     return torch.frombuffer(pages, dtype=dtype).view(shape), pages  # the tensor keeps the mapping alive
 
 
-def release(pages: mmap.mmap | None, tensor: torch.Tensor, index: int) -> bool:
-    """Hand `tensor[index]`'s pages back to the OS (they read as zero again); False where it cannot."""
-    row = tensor[index]
-    start = row.storage_offset() * row.element_size()
-    length = row.numel() * row.element_size()
-    if pages is None or not hasattr(mmap, "MADV_DONTNEED") or start % mmap.PAGESIZE or length % mmap.PAGESIZE:
+TRIM_MARGIN = 2048  # positions held behind the window: a next turn may keep a prefix that ends this far back
+TRIM_STEP = 256  # the floor moves in whole steps of positions: fewer, larger hand-backs
+
+
+def trim_floor(first: int, window: int | None) -> int:
+    """The positions a row writing from `first` on lets go of: [0, floor). 0 without a window."""
+    if window is None:
+        return 0
+    floor = first + 1 - window - TRIM_MARGIN
+    return max(0, floor - floor % TRIM_STEP)
+
+
+def release(pages: mmap.mmap | None, view: torch.Tensor) -> bool:
+    """Hand the whole pages inside contiguous `view` back to the OS (they read as zero again); True when that
+    was all of the view, False where some or all of it stays (no mapping: CUDA; no madvise; a part page)."""
+    if pages is None or not hasattr(mmap, "MADV_DONTNEED"):
         return False
-    pages.madvise(mmap.MADV_DONTNEED, start, length)
-    return True
+    start = view.storage_offset() * view.element_size()
+    end = start + view.numel() * view.element_size()
+    first_page, end_page = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if end_page > first_page:
+        pages.madvise(mmap.MADV_DONTNEED, first_page, end_page - first_page)
+    return first_page == start and end_page == end
+
+
+@dataclass(frozen=True)
+class SavedPrefix:
+    """`KVCache.save`'s host copy: positions [first, tokens) of every layer held, {layer: (k, v)} each
+    [num_kv_heads, tokens - first, head_dim]; positions below `first` were let go of (`trim`)."""
+
+    first: int
+    tokens: int
+    layers: dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for kv in self.layers.values() for t in kv)
 
 
 class LayerKV:
     """One layer's cache. k, v: [num_slots, num_kv_heads, ctx, head_dim]."""
 
-    def __init__(self, num_slots: int, num_kv_heads: int, ctx: int, head_dim: int, dtype: torch.dtype, device: torch.device | str):
+    def __init__(self, num_slots: int, num_kv_heads: int, ctx: int, head_dim: int, dtype: torch.dtype, device: torch.device | str,
+                 window: int | None = None):
         shape = (num_slots, num_kv_heads, ctx, head_dim)
         self.k, self._k_pages = lazy_zeros(shape, dtype, device)
         self.v, self._v_pages = lazy_zeros(shape, dtype, device)
+        self.window = window
+        self.held_from = [0] * num_slots  # per slot, the lowest position whose pages may be committed
 
     @property
     def num_slots(self) -> int:
@@ -85,15 +121,30 @@ class LayerKV:
     def write_row(self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None) -> None:
         """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]."""
         at = slice(first, first + k.shape[0]) if positions is None else positions
+        self.held_from[slot] = min(self.held_from[slot], first if positions is None else int(positions.min()))
         self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)  # [Hkv, T, hd] either way (the slot is selected first)
         self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
+
+    def let_go(self, slot: int, low: int, high: int) -> None:
+        """Hand back the pages of positions [low, high) of the slot, every head (kept where they cannot go)."""
+        for tensor, pages in ((self.k, self._k_pages), (self.v, self._v_pages)):
+            for head in range(tensor.shape[1]):
+                release(pages, tensor[slot, head, low:high])
+
+    def trim(self, slot: int, first: int) -> None:
+        """A row writes from `first` on: let go of the positions below its `trim_floor`."""
+        floor = trim_floor(first, self.window)
+        if floor > self.held_from[slot]:
+            self.let_go(slot, self.held_from[slot], floor)
+            self.held_from[slot] = floor
 
     def reset(self, slot: int) -> None:
         """Zero the slot, handing its pages back where it can. Correctness does not need it (attention reads
         only positions already written)."""
         for tensor, pages in ((self.k, self._k_pages), (self.v, self._v_pages)):
-            if not release(pages, tensor, slot):
+            if not release(pages, tensor[slot]):
                 tensor[slot].zero_()
+        self.held_from[slot] = self.ctx
 
     @property
     def nbytes(self) -> int:
@@ -122,7 +173,8 @@ class KVCache:
                 raise ValueError(f"layer {i} outside [0, {config.num_layers})")
         self.num_slots, self.ctx = num_slots, ctx
         self.layers: dict[int, LayerKV] = {
-            i: LayerKV(num_slots, config.num_kv_heads, ctx, config.head_dim, dtype, device) for i in layer_ids
+            i: LayerKV(num_slots, config.num_kv_heads, ctx, config.head_dim, dtype, device, config.sliding_window)
+            for i in layer_ids
         }
 
     def __getitem__(self, layer: int) -> LayerKV:
@@ -137,23 +189,35 @@ class KVCache:
         for layer in self.layers.values():
             layer.reset(slot)
 
-    def save(self, slot: int, tokens: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """Host copies of the slot's positions [0, tokens) in every layer held: {layer: (k, v)}, each
-        [num_kv_heads, tokens, head_dim] (the prompt cache's store; the slot is untouched)."""
+    def trim(self, rows: Iterable) -> None:
+        """Before a forward of `rows` (model/rows.Row: slot, first): each layer lets go of what they leave behind."""
+        trim_rows(self.layers.values(), rows)
+
+    def save(self, slot: int, tokens: int) -> SavedPrefix:
+        """Host copies of the slot's positions [first, tokens) in every layer held, from the lowest position
+        any layer still holds (the prompt cache's store; the slot is untouched)."""
         if not 0 < tokens <= self.ctx:
             raise ValueError(f"cannot save {tokens} positions of a {self.ctx}-position cache")
-        return {i: (layer.k[slot, :, :tokens].to("cpu", copy=True), layer.v[slot, :, :tokens].to("cpu", copy=True))
-                for i, layer in self.layers.items()}
+        first = min([tokens, *(layer.held_from[slot] for layer in self.layers.values())])
+        return SavedPrefix(first, tokens, {
+            i: (layer.k[slot, :, first:tokens].to("cpu", copy=True), layer.v[slot, :, first:tokens].to("cpu", copy=True))
+            for i, layer in self.layers.items()})
 
-    def restore(self, saved: dict[int, tuple[torch.Tensor, torch.Tensor]], slot: int, tokens: int) -> None:
-        """Write the first `tokens` positions of `save`'s copies back into `slot` (any slot), every layer held."""
-        if set(saved) != set(self.layers):
-            raise ValueError(f"saved layers {sorted(saved)} are not this cache's {sorted(self.layers)}")
-        for i, (k, v) in saved.items():
-            if not 0 < tokens <= k.shape[1]:
-                raise ValueError(f"cannot restore {tokens} positions from a copy of {k.shape[1]}")
-            self.layers[i].k[slot, :, :tokens].copy_(k[:, :tokens])
-            self.layers[i].v[slot, :, :tokens].copy_(v[:, :tokens])
+    def restore(self, saved: SavedPrefix, slot: int, tokens: int) -> None:
+        """Write positions [saved.first, tokens) of `save`'s copy back into `slot` (any slot), every layer
+        held; the slot lets go of what it held below them."""
+        if set(saved.layers) != set(self.layers):
+            raise ValueError(f"saved layers {sorted(saved.layers)} are not this cache's {sorted(self.layers)}")
+        if not 0 < tokens <= saved.tokens:
+            raise ValueError(f"cannot restore {tokens} positions from a copy of {saved.tokens}")
+        first = min(saved.first, tokens)
+        for i, (k, v) in saved.layers.items():
+            layer = self.layers[i]
+            if layer.held_from[slot] < first:
+                layer.let_go(slot, layer.held_from[slot], first)
+            layer.k[slot, :, first:tokens].copy_(k[:, : tokens - first])
+            layer.v[slot, :, first:tokens].copy_(v[:, : tokens - first])
+            layer.held_from[slot] = first
 
     def free(self) -> None:
         """Drop the tensors (device memory goes back to the allocator); the cache is unusable afterwards."""
@@ -162,3 +226,12 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers.values())
+
+
+def trim_rows(layers: Iterable[LayerKV], rows: Iterable) -> None:
+    """`KVCache.trim` over any layers (the whole decode's, every stage's at once)."""
+    rows = list(rows)
+    for layer in layers:
+        if layer.window is not None:
+            for row in rows:
+                layer.trim(row.slot, row.first)

@@ -24,7 +24,7 @@ import torch
 from ..model.rows import Rows
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .compiled_step import compile_info, compiled_stage
-from ..model.kv_cache import KVCache
+from ..model.kv_cache import KVCache, trim_rows
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
@@ -148,6 +148,7 @@ class Stage(threading.Thread):
         """The micro-batch through every layer in one compiled call, if it is decode rows only; else False."""
         t0 = time.perf_counter()
         try:
+            self.whole.cache.trim(mb.parts[0].rows.rows)
             if not self.whole.run(mb.parts[0]):
                 mb.whole = False  # not decode rows only: stage by stage
                 return False
@@ -173,6 +174,9 @@ class _AllLayers:
 
     def __init__(self, caches: Sequence[KVCache]):
         self.layers = {i: layer for cache in caches for i, layer in cache.layers.items()}
+
+    def trim(self, rows) -> None:
+        trim_rows(self.layers.values(), rows)
 
 
 class Pipeline:

@@ -53,4 +53,4 @@ class HostPrefixes:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for saved in self._copies.values() for kv in saved.values() for t in kv)
+        return sum(saved.nbytes for saved in self._copies.values())

@@ -2,7 +2,7 @@
 
 Contract: `stage_forward(model, layers, cache, part, is_first, is_last, row_tile, device)` runs the part's
 ragged rows (prompt chunks and decode rows together) through `layers` as one forward: the first stage
-embeds `part.tokens`, a later stage continues from `part.hidden`; the last stage leaves `part.logits`
+embeds `part.tokens`, a later stage continues from `part.hidden` (each stage first trims its cache); the last stage leaves `part.logits`
 [rows, V] (each row's last token) when `part.want_logits`, else `part.hidden` [padded tokens, D] for the
 next stage. The flat tokens and the head's rows are padded to a multiple of `row_tile` here, so the
 same padding happens in every stage runtime; padding tokens are never cached or attended to.
@@ -24,6 +24,7 @@ def _pad(t: torch.Tensor, rows: int) -> torch.Tensor:
 def stage_forward(model: torch.nn.Module, layers: range, cache: KVCache, part, is_first: bool, is_last: bool,
                   row_tile: int, device: str, compiled=None) -> None:
     """compiled: the stage's CompiledDecode (runtime/compiled_step.py), which takes decode-only parts."""
+    cache.trim(part.rows.rows)  # positions behind a sliding window go back to the OS (model/kv_cache.py)
     if compiled is not None and compiled.run(part):
         return
     rows = part.rows.padded_to(padded_rows(part.rows.real, row_tile))

@@ -6,7 +6,7 @@ picks the free slot holding the longest usable prefix of the new prompt, or a re
 (`prefix_store.PrefixStore`) when that is longer, or a cold slot (balanced groups; an empty slot before the
 least recently used one). A prefix is usable only under the same `cache_salt` and KV generation, never past
 `len(prompt) - 1` (the last prompt token is always read, so its logits exist), and never shorter than
-`min_tokens`. With `align` > 1 (the executor claims bitwise batch invariance) only positions written by
+`min_tokens` or than the held prefix's `min_keep` (KV behind a sliding window is let go of). With `align` > 1 (the executor claims bitwise batch invariance) only positions written by
 reads are reused and the length is rounded down to whole chunks, so the rest is read in exactly the chunks
 a cold read uses and a cached answer has the cold answer's bits.
 """
@@ -62,11 +62,14 @@ class PrefixCache:
     def held(self, slot: int) -> Held | None:
         return self._held[slot]
 
-    def record(self, slot: int, tokens: Sequence[int], read_tokens: int, salt: str | None, generation: int) -> None:
+    def record(self, slot: int, tokens: Sequence[int], read_tokens: int, salt: str | None, generation: int,
+               min_keep: int = 0) -> None:
         """A request left `slot`; `tokens` (its prompt and fed outputs) have KV there, the first
-        `read_tokens` of them written by reads. A request that failed records nothing (`forget`)."""
+        `read_tokens` of them written by reads, and a hit must keep at least `min_keep` of them (the
+        executor let go of older KV behind a sliding window). A request that failed records nothing (`forget`)."""
         exact = len(tokens) if self.align == 1 else read_tokens - read_tokens % self.align
-        self._held[slot] = Held(tuple(tokens), exact, salt, generation) if exact >= self.min_tokens else None
+        usable = exact >= max(self.min_tokens, min_keep)
+        self._held[slot] = Held(tuple(tokens), exact, salt, generation, min_keep) if usable else None
         self._used[slot] = next(self._ticks)
 
     def forget(self, slot: int) -> None:
@@ -79,7 +82,7 @@ class PrefixCache:
             return 0
         keep = min(common_prefix(held.tokens, prompt), held.exact, len(prompt) - 1)
         keep -= keep % self.align
-        return keep if keep >= self.min_tokens else 0
+        return keep if keep >= max(self.min_tokens, held.min_keep) else 0
 
     def cold_rank(self, slot: int) -> tuple[int, int]:
         """Order of free slots for a request without a hit: empty ones first, then least recently used."""

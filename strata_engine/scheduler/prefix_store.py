@@ -22,6 +22,7 @@ class Held:
     exact: int  # leading positions reusable at all (with align > 1: those written by reads, whole chunks)
     salt: str | None
     generation: int  # the executor's KV generation when it was written (stage ranks that restart lose it)
+    min_keep: int = 0  # the fewest tokens a hit may keep: below, its window's first keys were let go of
 
 
 

@@ -89,7 +89,9 @@ class PromptCache:
             return
         valid = request.context_tokens  # prompt tokens completely read, then the fed outputs
         tokens = (list(request.prompt_ids) + list(request.output_ids))[:valid]
-        self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation())
+        min_keep = getattr(self.executor, "kv_min_keep", None)
+        self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation(),
+                          int(min_keep(slot)) if min_keep is not None else 0)
 
     # -- the store ---------------------------------------------------------------------------------
     def _push_out(self, slot: int, held: Held) -> None:

@@ -97,7 +97,7 @@ def test_a_restore_at_a_wrong_offset_is_caught(cold, monkeypatch):
 
     def one_late(self, saved, slot, tokens):
         restore(self, saved, slot, tokens)
-        for i in saved:
+        for i in saved.layers:
             layer = self.layers[i]
             layer.k[slot, :, 1:tokens] = layer.k[slot, :, :tokens - 1].clone()
             layer.v[slot, :, 1:tokens] = layer.v[slot, :, :tokens - 1].clone()

@@ -1,0 +1,108 @@
+"""KV behind a sliding window goes back to the OS: a slot's memory is bounded by the window, not by ctx,
+what attention reads is untouched, and the prompt cache never keeps a prefix whose window was let go of."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from strata_engine import SamplingParams
+from strata_engine.engine import Engine
+from strata_engine.model import kv_cache
+from strata_engine.model.config import ModelConfig
+from strata_engine.model.kv_cache import KVCache, trim_floor
+from strata_engine.model.rows import Row
+
+WINDOW = 64
+CONFIG = ModelConfig(architecture="mixtral", vocab_size=32, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=4,
+                     head_dim=64, intermediate_size=32, max_position_embeddings=32768, sliding_window=WINDOW)
+CHUNK = 256
+
+
+def _anon_mib() -> float:
+    return int(next(line for line in open("/proc/self/status") if line.startswith("RssAnon")).split()[1]) / 1024
+
+
+def _read(cache: KVCache, slot: int, start: int, end: int) -> None:
+    """Positions [start, end) written chunk by chunk, each layer trimmed first as a stage does."""
+    for first in range(start, end, CHUNK):
+        cache.trim([Row(slot, 0, CHUNK, first, first + CHUNK - 1, True)])
+        values = torch.arange(first, first + CHUNK, dtype=torch.float32)[:, None, None].expand(CHUNK, 4, 64)
+        for layer in cache.layers.values():
+            layer.write_row(slot, first, values, -values)
+
+
+def test_the_floor_trails_the_window_and_its_margin_in_whole_steps():
+    assert trim_floor(10_000, None) == 0
+    assert trim_floor(WINDOW + kv_cache.TRIM_MARGIN - 1, WINDOW) == 0
+    floor = trim_floor(10_000, WINDOW)
+    assert floor % kv_cache.TRIM_STEP == 0 and 10_000 - WINDOW - kv_cache.TRIM_MARGIN - kv_cache.TRIM_STEP < floor
+    assert floor <= 10_000 + 1 - WINDOW - kv_cache.TRIM_MARGIN
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_a_slot_holds_about_the_window_and_the_margin_at_any_position():
+    cache = KVCache(CONFIG, num_slots=2, ctx=32768)
+    before = _anon_mib()
+    _read(cache, 1, 0, 32768)  # 128 MiB written in all
+    grown = _anon_mib() - before
+    held = 4 * 2 * 4 * 64 * 4 * (WINDOW + kv_cache.TRIM_MARGIN + kv_cache.TRIM_STEP + CHUNK) / 2**20  # ~11 MiB
+    assert grown < held + 16, f"the slot grew by {grown:.0f} MiB; it should hold ~{held:.0f} MiB"
+    floor = trim_floor(32768 - CHUNK, WINDOW)
+    for layer in cache.layers.values():
+        assert layer.held_from[1] == floor
+        assert torch.equal(layer.k[1, 2, floor:, 0], torch.arange(floor, 32768, dtype=torch.float32))  # all it reads
+        assert layer.k[1, :, : floor - 16].abs().sum() == 0  # let go of: zero pages again
+        assert layer.k[0].abs().sum() == 0
+
+
+def test_save_copies_from_the_floor_and_restore_puts_it_back_in_another_slot():
+    cache = KVCache(CONFIG, num_slots=2, ctx=8192)
+    _read(cache, 0, 0, 8192)
+    saved = cache.save(0, 8000)
+    assert saved.first == cache[0].held_from[0] > 0 and saved.tokens == 8000
+    assert saved.nbytes == 4 * 2 * 4 * 64 * 4 * (8000 - saved.first)
+    cache.restore(saved, 1, 8000)
+    for layer in cache.layers.values():
+        assert torch.equal(layer.k[1, :, saved.first:8000], layer.k[0, :, saved.first:8000])
+        assert torch.equal(layer.v[1, :, saved.first:8000], layer.v[0, :, saved.first:8000])
+        assert layer.held_from[1] == saved.first
+
+
+# -- the embedded model (window 1,024): a conversation past the window and its margin ------------------------
+PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)
+LONG = [(7 + 31 * i) % 250 for i in range(3600)]  # trims from the first decode on: floor 512
+OTHER = [(3 + 17 * i) % 250 for i in range(300)]
+TOOL = [(5 + 11 * i) % 250 for i in range(40)]
+
+
+def _turns(engine):
+    """A long turn, its next turn (a slot hit), a short other prompt (pushes it to the store), a third turn
+    (a store hit), and a prompt sharing only the first 1,000 tokens (its window was let go of: cold)."""
+    out = [engine.generate([LONG], PARAMS)[0]]
+    caches = getattr(engine.executor.pipeline, "caches", [])
+    assert all(layer.held_from[0] >= 512 for cache in caches for layer in cache.layers.values())  # it trimmed
+    second = LONG + out[0].token_ids + TOOL
+    out.append(engine.generate([second], PARAMS)[0])
+    engine.generate([OTHER], PARAMS)
+    third = second + out[1].token_ids + TOOL
+    out.append(engine.generate([third], PARAMS)[0])
+    out.append(engine.generate([LONG[:1000] + TOOL], PARAMS)[0])
+    return [second, third, LONG[:1000] + TOOL], out[1:]
+
+
+def _same(a, b) -> bool:
+    return a.token_ids == b.token_ids and [t.logprob for t in a.logprobs] == [t.logprob for t in b.logprobs]
+
+
+def test_trimmed_slots_and_stored_prefixes_give_the_bits_of_an_engine_that_keeps_everything(monkeypatch):
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
+        prompts, cached = _turns(engine)
+        hits = [(e.fields["source"], e.fields["tokens"]) for e in engine.events.of_kind("CACHE_HIT")]
+    assert [source for source, _ in hits] == ["slot", "store"], hits
+    assert cached[2].cached_tokens == 0  # 1,000 shared tokens, but positions below ~1,500 were let go of
+    monkeypatch.setattr(kv_cache, "TRIM_MARGIN", 10**9)  # nothing is ever let go of
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
+        for prompt, out in zip(prompts, cached):
+            assert _same(keeper.generate([prompt], PARAMS)[0], out)
