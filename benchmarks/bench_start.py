@@ -5,10 +5,12 @@ Cold: every cache the engine fills on a first start is a fresh empty folder (XDG
 verdicts and inductor's compile cache, TORCH_EXTENSIONS_DIR for the native ops' builds), as on a machine that
 never ran it. Warm: the same folders again, --warm times. Each start's wall time to health is measured
 here, its own stderr's "ready in" line gives the compiling part, and `/v1/engine`'s `rss_bytes` the memory
-it holds before its first request. Prints a markdown table with the CPU.
+it holds before its first request (and, with --read N, after reading an N-token prompt). Prints a markdown
+table with the CPU.
 
   .venv/bin/python benchmarks/bench_start.py --warm 2
   .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
+  .venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4
 """
 from __future__ import annotations
 
@@ -32,13 +34,23 @@ from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 CACHES = ("XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
 
-def start_once(command: str, timeout: float) -> tuple[float, str, str]:
-    """Seconds to health, the engine's "ready in" line (or its last stderr line) and its resident memory."""
+def resident(url: str) -> str:
+    rss = httpx.get(f"{url}/v1/engine", timeout=30).json().get("rss_bytes")
+    return f"{rss / 1e6:.0f} MB" if rss else "-"
+
+
+def start_once(command: str, timeout: float, read: int = 0) -> tuple[float, str, str]:
+    """Seconds to health, the engine's "ready in" line (or its last stderr line) and its resident memory
+    (then, with `read`, after one prompt of that many tokens)."""
     began = time.monotonic()
     with EngineProcess(command, name="strata", start_timeout=timeout) as engine:
         took = time.monotonic() - began
-        rss = httpx.get(f"{engine.url}/v1/engine", timeout=30).json().get("rss_bytes")
-        resident = f"{rss / 1e6:.0f} MB" if rss else "-"
+        held = resident(engine.url)
+        if read:
+            prompt = [(7 + 31 * i) % 250 for i in range(read)]
+            httpx.post(f"{engine.url}/v1/completions", timeout=timeout,
+                       json={"prompt": prompt, "max_tokens": 1, "temperature": 0}).raise_for_status()
+            held += f" / {resident(engine.url)}"
         deadline = time.monotonic() + 10
         lines: list[str] = []
         while time.monotonic() < deadline:  # the line follows the health by a moment
@@ -47,7 +59,7 @@ def start_once(command: str, timeout: float) -> tuple[float, str, str]:
                 break
             time.sleep(0.2)
     ready = next((line for line in reversed(lines) if "ready in" in line), lines[-1] if lines else "")
-    return took, ready.replace("strata-engine: ", ""), resident
+    return took, ready.replace("strata-engine: ", ""), held
 
 
 def main() -> int:
@@ -55,6 +67,8 @@ def main() -> int:
                                 epilog="Arguments after -- go to `strata-engine serve`.")
     p.add_argument("--warm", type=int, default=2, help="warm starts after the cold one (default 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a start may take (default 900)")
+    p.add_argument("--read", type=int, default=0, metavar="N",
+                   help="after health, read one N-token prompt and give the resident memory after it too")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     command = " ".join(["strata-engine", "serve", *extra])
@@ -67,7 +81,7 @@ def main() -> int:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # serve puts it under XDG_CACHE_HOME/strata/inductor
         for i in range(1 + args.warm):
             kind = "cold" if i == 0 else f"warm {i}"
-            took, ready, resident = start_once(command, args.timeout)
+            took, ready, resident = start_once(command, args.timeout, args.read)
             compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
             rows.append(f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {resident} | {ready} |")
             print(rows[-1], file=sys.stderr, flush=True)
@@ -82,7 +96,7 @@ def main() -> int:
     print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, "
           f"{' '.join(cpu_flags('avx512')) or 'no avx512'}")
     print()
-    print("| start | to health | compiling | resident | the engine's ready line |")
+    print(f"| start | to health | compiling | resident{f' / after {args.read:,} tokens' if args.read else ''} | the engine's ready line |")
     print("|---|---:|---:|---:|---|")
     print("\n".join(rows))
     return 0

@@ -277,8 +277,8 @@ CHECKS: dict[str, object] = {
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
-    ".venv/bin/python benchmarks/bench_start.py --warm 1 -- --layout plain --batch 4":
-        Run(((r"--warm 1 -- --layout plain --batch 4$", "--warm 0 -- --executor sim --batch 4"),)),
+    ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4":
+        Run(((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)),
     # docs/measurements/gate-under-load.md: Strata's run checks the script (one quiet run, one "loaded" with no hog)
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05":
         Run(((r"--runs 10", "--runs 1 --hogs 0"),)),
