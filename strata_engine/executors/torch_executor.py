@@ -53,11 +53,11 @@ class TorchExecutor:
         if keep_tokens == 0:
             self._floors[slot] = 0  # a cold read writes from position 0 again
 
-    def kv_min_keep(self, slot: int) -> int:
-        """The fewest tokens a next request may keep of what the slot holds: its first query must still see
-        every key of its window (0: any prefix)."""
+    def kv_held(self, slot: int) -> tuple[int, int]:
+        """(first position held, the fewest tokens a next request may keep): its first query must still see
+        every key of its window."""
         floor = self._floors.get(slot, 0)
-        return 0 if floor == 0 or self.kv_window is None else floor + self.kv_window - 1
+        return floor, 0 if floor == 0 or self.kv_window is None else floor + self.kv_window - 1
 
     def _submit(self, mb: MicroBatch) -> None:
         """Into the pipeline, predicting the trim each stage makes before the forward (model/kv_cache.py)."""

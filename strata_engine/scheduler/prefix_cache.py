@@ -63,13 +63,13 @@ class PrefixCache:
         return self._held[slot]
 
     def record(self, slot: int, tokens: Sequence[int], read_tokens: int, salt: str | None, generation: int,
-               min_keep: int = 0) -> None:
+               min_keep: int = 0, first: int = 0) -> None:
         """A request left `slot`; `tokens` (its prompt and fed outputs) have KV there, the first
         `read_tokens` of them written by reads, and a hit must keep at least `min_keep` of them (the
-        executor let go of older KV behind a sliding window). A request that failed records nothing (`forget`)."""
+        executor let go of the KV below position `first`, behind a sliding window). A request that failed records nothing (`forget`)."""
         exact = len(tokens) if self.align == 1 else read_tokens - read_tokens % self.align
         usable = exact >= max(self.min_tokens, min_keep)
-        self._held[slot] = Held(tuple(tokens), exact, salt, generation, min_keep) if usable else None
+        self._held[slot] = Held(tuple(tokens), exact, salt, generation, min_keep, first) if usable else None
         self._used[slot] = next(self._ticks)
 
     def forget(self, slot: int) -> None:

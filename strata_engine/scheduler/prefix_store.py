@@ -23,6 +23,7 @@ class Held:
     salt: str | None
     generation: int  # the executor's KV generation when it was written (stage ranks that restart lose it)
     min_keep: int = 0  # the fewest tokens a hit may keep: below, its window's first keys were let go of
+    first: int = 0  # positions below it were let go of: a stored copy holds [first, exact)
 
 
 
@@ -43,7 +44,7 @@ class PrefixStore:
         return self._entries[key]
 
     def bytes_of(self, held: Held) -> int:
-        return held.exact * self.bytes_per_token
+        return max(0, held.exact - held.first) * self.bytes_per_token
 
     def add(self, held: Held) -> tuple[int | None, list[tuple[int, Held, str]], bool]:
         """Store `held` (its first `held.exact` tokens). Returns its key (None: refused, larger than the

@@ -89,9 +89,9 @@ class PromptCache:
             return
         valid = request.context_tokens  # prompt tokens completely read, then the fed outputs
         tokens = (list(request.prompt_ids) + list(request.output_ids))[:valid]
-        min_keep = getattr(self.executor, "kv_min_keep", None)
-        self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation(),
-                          int(min_keep(slot)) if min_keep is not None else 0)
+        held = getattr(self.executor, "kv_held", None)
+        first, min_keep = held(slot) if held is not None else (0, 0)
+        self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation(), min_keep, first)
 
     # -- the store ---------------------------------------------------------------------------------
     def _push_out(self, slot: int, held: Held) -> None:
@@ -114,7 +114,7 @@ class PromptCache:
                 to = "store"  # an entry already holds it
         self.slot_evictions += 1
         self.emit("CACHE_EVICT", None, slot=slot, source=SLOT, tokens=len(held.tokens),
-                  bytes=held.exact * (store.bytes_per_token if store is not None else 0), to=to)
+                  bytes=store.bytes_of(held) if store is not None else 0, to=to)
 
     def _drop(self, key: int, reason: str) -> None:
         held = self.cache.store.remove(key)

@@ -82,6 +82,10 @@ class PrefixCopies(Protocol):
     def kv_generation(self) -> int:
         """Bumped whenever KV the executor held is lost (stage ranks restarted): older prefixes are void."""
 
+    def kv_held(self, slot: int) -> tuple[int, int]:
+        """(first, min_keep) of what the slot holds: positions below `first` were let go of behind a sliding
+        window (a saved copy starts there), and a hit must keep at least `min_keep` tokens. Optional: (0, 0)."""
+
     def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken,
              should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
         """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks

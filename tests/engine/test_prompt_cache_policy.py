@@ -116,3 +116,21 @@ def test_the_store_keeps_one_copy_of_a_conversation():
     assert (again, dropped, copy) == (longer, [], False)
     other_salt, _, copy = store.add(Held(tuple(CONTEXT), 3584, "agent-1", 0))
     assert copy and other_salt != longer and len(store) == 2
+
+
+def test_a_prefix_whose_early_window_was_let_go_of_serves_only_long_enough_hits():
+    """Behind a sliding window the executor let go of positions below 1,024 (window 1,024: min_keep 2,047).
+    The next turn keeps 3,584 tokens; a prompt sharing only the first 2,000 would need keys below 1,024."""
+    cache = PrefixCache(num_slots=2, store=None, min_tokens=32, align=CHUNK)
+    cache.record(0, CONTEXT + REPLY[:-1], read_tokens=4000, salt=None, generation=0, min_keep=2047, first=1024)
+    assert cache.place(NEXT_TURN, None, 0, free=[0, 1], cold_slot=1).keep == 3584
+    short = cache.place(CONTEXT[:2000] + REPLY, None, 0, free=[0, 1], cold_slot=1)
+    assert (short.keep, short.source) == (0, None)  # 1,536 whole chunks < 2,047: read cold
+    cache.record(1, CONTEXT[:1500], read_tokens=1500, salt=None, generation=0, min_keep=2047, first=1024)
+    assert cache.held(1) is None  # nothing it holds could serve a hit
+
+
+def test_the_store_charges_what_it_copies_from_the_first_position_held():
+    store = PrefixStore(cap_bytes=64 << 20, bytes_per_token=4096)
+    store.add(Held(tuple(CONTEXT), 3584, None, 0, min_keep=2047, first=1024))
+    assert store.nbytes == (3584 - 1024) * 4096
