@@ -234,4 +234,5 @@ def trim_rows(layers: Iterable[LayerKV], rows: Iterable) -> None:
     for layer in layers:
         if layer.window is not None:
             for row in rows:
-                layer.trim(row.slot, row.first)
+                if 0 <= row.slot < layer.num_slots:  # a bad slot is the forward's error (`check`), with its message
+                    layer.trim(row.slot, row.first)

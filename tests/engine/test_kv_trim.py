@@ -57,6 +57,13 @@ def test_a_slot_holds_about_the_window_and_the_margin_at_any_position():
         assert layer.k[0].abs().sum() == 0
 
 
+def test_a_row_of_a_slot_the_cache_lacks_is_left_to_the_forwards_check():
+    cache = KVCache(CONFIG, num_slots=2, ctx=8192)
+    cache.trim([Row(9, 0, 1, 8000, 8000, True)])  # no IndexError here: the layer's check names the slot
+    with pytest.raises(ValueError, match="slot 9 out of range"):
+        cache[0].check([[9, 8000, 8000]])
+
+
 def test_save_copies_from_the_floor_and_restore_puts_it_back_in_another_slot():
     cache = KVCache(CONFIG, num_slots=2, ctx=8192)
     _read(cache, 0, 0, 8192)
