@@ -276,6 +276,7 @@ CHECKS: dict[str, object] = {
     "strata-verify interleave --scale 0.05 --engine 'python tests/verify/fault_proxy.py --mode perturb --request C --index 3 -- strata-engine serve --split 2 --batch 4 --batch-groups 2'": Run(exit_code=1),
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
+    'tmp=$(mktemp -d) && git clone -q . "$tmp/c" && cd "$tmp/c" && time CI=true bash .ci/run': Skip(INSTALLED),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
     ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4":
         Run(((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)),
