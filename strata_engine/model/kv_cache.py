@@ -15,6 +15,7 @@ position still held.
 """
 from __future__ import annotations
 
+import math
 import mmap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -36,12 +37,10 @@ class ContextOverflowError(ValueError):
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, mmap.mmap | None]:
     """Zeros of `shape`; on CPU in an anonymous mapping whose pages are committed when first written (and
     the mapping, for `release`), elsewhere torch.zeros (and None)."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     if torch.device(device).type != "cpu" or count == 0 or not hasattr(mmap, "MAP_PRIVATE"):
         return torch.zeros(shape, dtype=dtype, device=device), None
-    pages = mmap.mmap(-1, count * torch.empty((), dtype=dtype).element_size(), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pages = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return torch.frombuffer(pages, dtype=dtype).view(shape), pages  # the tensor keeps the mapping alive
 
 
@@ -119,9 +118,10 @@ class LayerKV:
                 raise ContextOverflowError(slot, last, self.ctx)
 
     def write_row(self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None) -> None:
-        """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]."""
+        """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]
+        whose lowest is `first` (model/rows.Row.first)."""
         at = slice(first, first + k.shape[0]) if positions is None else positions
-        self.held_from[slot] = min(self.held_from[slot], first if positions is None else int(positions.min()))
+        self.held_from[slot] = min(self.held_from[slot], first)
         self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)  # [Hkv, T, hd] either way (the slot is selected first)
         self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
 
@@ -131,9 +131,8 @@ class LayerKV:
             for head in range(tensor.shape[1]):
                 release(pages, tensor[slot, head, low:high])
 
-    def trim(self, slot: int, first: int) -> None:
-        """A row writes from `first` on: let go of the positions below its `trim_floor`."""
-        floor = trim_floor(first, self.window)
+    def trim(self, slot: int, floor: int) -> None:
+        """Let go of the slot's positions below `floor` (a row's `trim_floor`) that it still holds."""
         if floor > self.held_from[slot]:
             self.let_go(slot, self.held_from[slot], floor)
             self.held_from[slot] = floor
@@ -230,9 +229,12 @@ class KVCache:
 
 def trim_rows(layers: Iterable[LayerKV], rows: Iterable) -> None:
     """`KVCache.trim` over any layers (the whole decode's, every stage's at once)."""
-    rows = list(rows)
-    for layer in layers:
-        if layer.window is not None:
-            for row in rows:
-                if 0 <= row.slot < layer.num_slots:  # a bad slot is the forward's error (`check`), with its message
-                    layer.trim(row.slot, row.first)
+    layers = [layer for layer in layers if layer.window is not None]
+    if not layers:
+        return
+    window = layers[0].window  # every layer's (model/config.py: windows are supported where all layers have one)
+    for row in rows:
+        floor = trim_floor(row.first, window)
+        if floor > 0 and 0 <= row.slot < layers[0].num_slots:  # a bad slot is the forward's error (`check`)
+            for layer in layers:
+                layer.trim(row.slot, floor)

@@ -55,7 +55,8 @@ def test_reset_zeroes_only_that_slot():
         cache.reset(2)
 
 
-def _anon_mib() -> float:
+def anon_mib() -> float:
+    """This process's anonymous resident memory (Linux), MiB."""
     return int(next(line for line in open("/proc/self/status") if line.startswith("RssAnon")).split()[1]) / 1024
 
 
@@ -65,18 +66,18 @@ WIDE = ModelConfig(architecture="llama", vocab_size=32, hidden_size=256, num_lay
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
 def test_memory_is_committed_as_positions_are_written_and_handed_back_on_reset():
-    before = _anon_mib()
+    before = anon_mib()
     cache = KVCache(WIDE, num_slots=4, ctx=131072)  # 4 GiB of keys and values, all zeros to attention
     assert cache.nbytes == 4 << 30
-    assert _anon_mib() - before < 64, "a fresh cache should hold no memory yet"
+    assert anon_mib() - before < 64, "a fresh cache should hold no memory yet"
     assert cache[0].k[3, :, 131071].abs().sum() == 0
     written = torch.ones(4096, 4, 64)
     for layer in cache.layers.values():
         layer.write_row(1, 1000, written, written)
-    grown = _anon_mib() - before
+    grown = anon_mib() - before
     assert 30 < grown < 64 + 40, f"4,096 positions in 4 layers are 32 MiB; the cache grew by {grown:.0f} MiB"
     cache.reset(1)
-    assert _anon_mib() - before < grown - 24, "reset should hand the slot's pages back"
+    assert anon_mib() - before < grown - 24, "reset should hand the slot's pages back"
     assert all(layer.k[1].abs().sum() == 0 and layer.v[1].abs().sum() == 0 for layer in cache.layers.values())
 
 

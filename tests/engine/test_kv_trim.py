@@ -14,14 +14,12 @@ from strata_engine.model.config import ModelConfig
 from strata_engine.model.kv_cache import KVCache, trim_floor
 from strata_engine.model.rows import Row
 
+from test_kv_cache import anon_mib
+
 WINDOW = 64
 CONFIG = ModelConfig(architecture="mixtral", vocab_size=32, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=4,
                      head_dim=64, intermediate_size=32, max_position_embeddings=32768, sliding_window=WINDOW)
 CHUNK = 256
-
-
-def _anon_mib() -> float:
-    return int(next(line for line in open("/proc/self/status") if line.startswith("RssAnon")).split()[1]) / 1024
 
 
 def _read(cache: KVCache, slot: int, start: int, end: int) -> None:
@@ -44,9 +42,9 @@ def test_the_floor_trails_the_window_and_its_margin_in_whole_steps():
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
 def test_a_slot_holds_about_the_window_and_the_margin_at_any_position():
     cache = KVCache(CONFIG, num_slots=2, ctx=32768)
-    before = _anon_mib()
+    before = anon_mib()
     _read(cache, 1, 0, 32768)  # 128 MiB written in all
-    grown = _anon_mib() - before
+    grown = anon_mib() - before
     held = 4 * 2 * 4 * 64 * 4 * (WINDOW + kv_cache.TRIM_MARGIN + kv_cache.TRIM_STEP + CHUNK) / 2**20  # ~11 MiB
     assert grown < held + 16, f"the slot grew by {grown:.0f} MiB; it should hold ~{held:.0f} MiB"
     floor = trim_floor(32768 - CHUNK, WINDOW)
