@@ -219,15 +219,3 @@ def host_memory_available() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-# MKL's conditional numerical reproducibility: with it, a GEMM's bits do not depend on the thread count, so
-# one engine layout gives the bits of another (runtime/thread_probe.py measures it at start). Its cost on the
-# model's GEMMs was within the noise of default MKL here (docs/measurements/batch-invariance.md). MKL reads it at its first call, so it
-# is set when the package is imported, before any GEMM; a user's own MKL_CBWR is kept.
-MKL_REPRODUCIBLE = "AUTO,STRICT"
-
-
-def pin_reproducible_math(env: "os._Environ[str] | dict[str, str]" = os.environ) -> str:
-    """Set MKL_CBWR unless the user set it; returns the value in force."""
-    return env.setdefault("MKL_CBWR", MKL_REPRODUCIBLE)

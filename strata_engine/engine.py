@@ -20,6 +20,7 @@ import uuid
 from typing import Any, Callable, Iterator, Sequence
 
 from .config import EngineConfig
+from .engine_info import describe
 from .events import EventLog
 from .finish import finish_reason
 from .tokens import SampledToken, TokenSampler
@@ -252,49 +253,8 @@ class Engine:
                 handle.cancel()
 
     def info(self) -> dict[str, Any]:
-        sc = self.scheduler_config
-        return {
-            "model": self.model_name, "executor": self.config.executor, "batch": sc.batch,
-            "batch_groups": sc.batch_groups, "num_stages": sc.num_stages, "prefill_chunk": sc.prefill_chunk,
-            "ctx": sc.ctx, "ctx_from": self.ctx_choice.why, "piped_read_piece": sc.piped_read_piece, "decode_share": sc.decode_share,
-            "decode_min_ms": sc.decode_min_ms, "decode_max_ms": sc.decode_max_ms, "read_mix": sc.read_mix,
-            "decode_merge": sc.decode_merge, "layout": self.config.layout, "pause_target_ms": sc.pause_target_ms, "device": self.device, "dtype": self.dtype,
-            "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id, "supports_token_ids": True,
-            "batch_invariant": bool(getattr(self.executor, "batch_invariant", False)),
-            "layout_invariant": bool(getattr(self.executor, "layout_invariant", False)), "split": self.config.split, "devices": list(self.config.devices),
-            "version": _version(), "pid": os.getpid(), "stage_workers": self.stage_workers,
-            "compiled": getattr(getattr(self.executor, "pipeline", None), "compile_info", None),
-            "row_tile": getattr(getattr(self.executor, "pipeline", None), "row_tile", None),
-            "prompt_cache": self.scheduler.prompt_cache.info(),
-            "kernels": self.kernels, "kv": self._kv_info(), "rss_bytes": _rss_bytes(),
-        }
-
-    def _kv_info(self) -> dict[str, Any]:
-        """The KV cache's format and size: reserved is every slot at ctx; on CPU memory is committed only as
-        positions are written (model/kv_cache.py), so the process's resident bytes are the measure."""
-        per_position = int(getattr(self.executor, "kv_bytes_per_token", 0) or 0)
-        sc = self.scheduler_config
-        return {"dtype": self.dtype, "bytes_per_position": per_position, "positions_per_slot": sc.ctx,
-                "reserved_bytes": per_position * sc.ctx * sc.batch,
-                "committed": "as written" if self.device == "cpu" else "at start"}
+        """What `/v1/engine` serves: the engine's shape, knobs, kernels and memory (engine_info.py)."""
+        return describe(self)
 
     def stats(self) -> dict[str, Any]:
         return self.scheduler.stats() if hasattr(self.scheduler, "stats") else {}
-
-
-def _rss_bytes() -> int | None:
-    """This process's resident memory (Linux; None elsewhere). Stage ranks are processes of their own."""
-    try:
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("strata")
-    except Exception:
-        return "0+unknown"

@@ -18,6 +18,11 @@ os.environ.setdefault("STRATA_STAGE_WORKERS", "thread")
 # keep the flags they name (plain); the layout has tests of its own (tests/engine/test_layout.py, with an
 # explicit env), and CI's gate after the suite runs the default engine in it.
 os.environ.setdefault("STRATA_LAYOUT", "plain")
+# MKL's reproducible mode before any test's first GEMM, as a loaded model asks for it (strata_engine/mkl_mode.py):
+# many tests multiply tensors before they load a model in the same worker.
+from strata_engine.mkl_mode import pin  # noqa: E402
+
+pin()
 
 LLAMA_INSTALL = "run `bash scripts/install_llama_cpp.sh` to build it"
 

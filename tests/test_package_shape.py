@@ -106,12 +106,12 @@ def test_no_cycle_even_through_imports_inside_functions(package):
 # The engine's layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and any lower one;
 # layers of equal rank (the model and the scheduler) do not import each other. `base` is what every layer names.
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "base": (0, ("tokens", "errors", "params", "knobs", "config", "kernel_switches", "events", "context_length", "finish")),
+    "base": (0, ("tokens", "errors", "params", "knobs", "config", "kernel_switches", "events", "context_length", "finish", "mkl_mode")),
     "model": (1, ("model",)),
     "scheduler": (1, ("scheduler",)),
     "runtime": (2, ("runtime",)),
     "executors": (3, ("executors",)),
-    "core": (4, ("engine", "backends", "layout", "outputs")),
+    "core": (4, ("engine", "engine_info", "backends", "layout", "outputs")),
     "server": (5, ("server",)),
     "entry": (6, ("cli", "__main__", "")),  # "" = the package's own __init__
 }

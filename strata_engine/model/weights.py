@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .. import mkl_mode
 from .chunk_kernel import native_chunk_attention
 from .expert_kernel import native_routed_experts
 from .config import HF_CLASS_NAMES, ModelConfig
@@ -62,6 +63,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
 
 
 def load_model(path_or_name: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None) -> tuple[Transformer, ModelConfig]:
+    mkl_mode.pin()  # before this model's first GEMM: bits independent of the thread count (mkl_mode.py)
     model_dir = resolve_model_path(path_or_name)
     config = read_config(model_dir)
     device = torch.device(device)

@@ -5,8 +5,8 @@ bitwise those of its solo run on that engine, whatever runs beside it: one stage
 groups, pieces, the mixed read, the compiled step, stage ranks; at 1 and at 2 threads per stage.
 
 Layout invariance (`layout_invariant`): engines of different layouts and thread counts that claim it give
-each other's bits. It holds because the package pins MKL's reproducible mode before torch's first GEMM
-(config.pin_reproducible_math) and each stage's start-up probe checks its own layers at 1 thread against its
+each other's bits. It holds because loading a model pins MKL's reproducible mode before torch's first GEMM
+(strata_engine/mkl_mode.py) and each stage's start-up probe checks its own layers at 1 thread against its
 count (runtime/thread_probe.py). The last test starts an interpreter where MKL ran before the pin, and checks
 that the probe's verdict is what the engine's bits do there (on AMD EPYC with AVX-512 they move, so it says no).
 The comparison's ability to fail is shown at the model level (tests/engine/test_model_invariance.py: padding

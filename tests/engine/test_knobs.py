@@ -15,7 +15,7 @@ from strata_engine.knobs import KNOBS, read
 SOURCE = Path(strata_engine.__file__).parent
 NOT_VARIABLES = {"STRATA_READY"}  # the server's ready line on stdout, not a variable
 # Outside knobs.py, the environment is only handed on or written (knobs.py's docstring says which)
-OTHER_ENVIRON_USES = {"runtime/dist/ranks.py": 1, "config.py": 1, "kernel_switches.py": 1}
+OTHER_ENVIRON_USES = {"runtime/dist/ranks.py": 1, "kernel_switches.py": 1}  # config.py no longer: mkl_mode.py calls MKL
 BAD = {  # one value each knob refuses; a knob added to the table needs one here
     "STRATA_PIPED_READ_PIECE": "2.5", "STRATA_BATCH_DECODE_SHARE": "abc", "STRATA_PIPED_DECODE_MIN_MS": "-1",
     "STRATA_PIPED_DECODE_MAX_MS": "nan", "STRATA_PIPED_READ_MIX": "2", "STRATA_PIPED_PAUSE_TARGET_MS": "soon",
@@ -103,3 +103,12 @@ def test_serve_reads_the_api_key_through_the_table(monkeypatch):
     assert result.exit_code == 1 and seen["api_key"] == "flag"  # the flag wins, as it did
     result = CliRunner().invoke(cli.main, args, env={"STRATA_API_KEY": "k\u00e9y"})
     assert result.exit_code == 2 and "STRATA_API_KEY='k\u00e9y' is not printable ASCII" in result.output
+
+
+def test_importing_the_package_changes_no_environment():
+    import subprocess
+    import sys
+
+    script = "import os; before = dict(os.environ); import strata_engine, strata_engine.config; print(dict(os.environ) == before)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]

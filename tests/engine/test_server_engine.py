@@ -14,6 +14,7 @@ import pytest
 from strata_engine.params import SamplingParams
 
 import strata_engine.engine as engine_mod
+import strata_engine.engine_info as engine_info
 from server_helpers import metric, serving, wait_for
 from tokens_equal import assert_tokens_equal
 Engine = engine_mod.Engine
@@ -196,11 +197,12 @@ def test_prompt_cache_metrics_grow_by_the_cached_tokens_usage_reports(mib):
 def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_request():
     """At the model's full context a slot reserves 512 MiB of float32 KV; none of it is resident until written,
     and /v1/engine says what a position costs and what the process holds."""
-    before = engine_mod._rss_bytes()  # this process holds whatever the tests before it loaded
+    before = engine_info._rss_bytes()  # this process holds whatever the tests before it loaded
     engine = Engine.from_pretrained(batch=2, ctx=131072, log_events=False)
     with engine:
         info = engine.info()
         kv = info["kv"]
+        assert info["mkl_cbwr"] == "AUTO,STRICT", info["mkl_cbwr"]  # the suite's conftest pins it as a model load does
         assert kv == {"dtype": "float32", "bytes_per_position": 4 * 2 * 4 * 32 * 4, "positions_per_slot": 131072,
                       "reserved_bytes": 4096 * 131072 * 2, "committed": "as written"}
         if before is not None:  # Linux
