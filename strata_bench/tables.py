@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-_UNIT_SUFFIX = {"s": " s", "ms": " ms", "tok/s": " tok/s", "tok": "", "": ""}
+_UNIT_SUFFIX = {"s": " s", "ms": " ms", "tok/s": " tok/s", "MB": " MB", "tok": "", "": ""}
 
 
 def fmt_value(value: float | None, unit: str, digits: int = 3) -> str:
