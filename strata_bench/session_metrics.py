@@ -29,7 +29,10 @@ DEFINITIONS = {  # one line per metric under a report (metrics.DEFINITIONS takes
     "cached_tokens_p50": "cached prompt tokens: usage.prompt_tokens_details.cached_tokens of the later turns, where "
                          "the server reports it",
     "cached_share": "hit rate: the later turns' cached prompt tokens (usage) over their prompt tokens, in %",
-    "join_wait_max_s": "with several joining agents: the others' longest wait (above) during any of their first reads",
+    "ttft_joined_p50_s": "joining agents (several): the median of their first turns' TTFT (own context cold)",
+    "join_wait_max_s": "the other agents' longest wait, several joining: over any joining agent's first read, the "
+                       "longest gap in a working agent's turn, its send to first token or between tokens (not think "
+                       "time; another joiner's own first read is not a wait)",
     "turns_per_min": "turns answered per minute: finished turns over the run (first send to last token)",
 }
 
