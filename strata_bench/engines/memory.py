@@ -1,8 +1,8 @@
 """Memory: the resident memory of an engine's process tree, sampled in a background thread while a run goes.
 
-The tree is the launched process, every descendant (parent ids read from /proc/<pid>/stat at each sample,
-so stage ranks and engine-core children started late are counted) and every process still in the session
-it leads (the launcher starts each engine in a session of its own: a child whose parent died stays in it).
+The tree is the launched process, every descendant (parent ids from /proc/<pid>/stat, listed again every
+`RESCAN_S`, so stage ranks and engine-core children started late are counted) and every process still in
+the session it leads (the launcher starts each engine in a session of its own: an orphan stays in it).
 A sample is the sum of their `VmRSS` (/proc/<pid>/status); pages two processes share count once in each.
 `stop()` gives `rss_at_start_bytes` (the first sample), `peak_rss_bytes` (the largest), the sample count
 and interval, or None for both with the reason where /proc is missing. A process that exits between the
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 PROC = Path("/proc")
 INTERVAL_S = 0.25
+RESCAN_S = 1.0  # listing /proc costs ~5 ms on a small machine: the tree is listed again this often
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -70,6 +72,8 @@ class RssSampler:
     def __init__(self, pid: int, interval_s: float = INTERVAL_S):
         self.pid, self.interval_s = pid, interval_s
         self.samples: list[int] = []
+        self._pids: set[int] = set()
+        self._listed_at = float("-inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.unavailable = None if (PROC / str(os.getpid()) / "status").is_file() else \
@@ -83,7 +87,9 @@ class RssSampler:
         return self
 
     def _sample(self) -> None:
-        total = tree_rss_bytes(self.pid)
+        if time.monotonic() - self._listed_at >= RESCAN_S:
+            self._pids, self._listed_at = tree_pids(self.pid), time.monotonic()
+        total = sum(rss_bytes(pid) for pid in self._pids)
         if total:  # an empty tree (the engine gone) is no sample
             self.samples.append(total)
 
@@ -97,6 +103,7 @@ class RssSampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            self._listed_at = float("-inf")  # the last sample lists the tree afresh
             self._sample()
         return {"rss_at_start_bytes": self.samples[0] if self.samples else None,
                 "peak_rss_bytes": max(self.samples) if self.samples else None,
