@@ -13,7 +13,8 @@ settle_s): the streams' own setup reads before it are not the join being measure
 - token rate: every token after the anchor over (last token - anchor);
 - inter-token latency p50/p99/max over the streams' gaps between tokens;
   (token rate and latency only for scenarios with streams: otherwise a run is a few joiner tokens)
-- engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops (not the streams').
+- engine events, when the server exposes them: read pieces, lead-ins, give-ways, stops (not the streams');
+- the engine's peak RSS in MB (1e6 bytes), where the bench launched it and sampled its process tree.
 Times in the JSON are wall seconds; a run made at `time_scale` T is reported in modelled seconds (x T).
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ EVENT_COUNTS = (("pieces", "PIECE", "read pieces"), ("lead_ins", "LEADIN", "lead
 class MetricSpec:
     key: str
     label: str
-    unit: str  # "s", "ms", "tok", "tok/s", "" (a count)
+    unit: str  # "s", "ms", "tok", "tok/s", "MB", "" (a count)
     better: str | None  # "lower", "higher", or None for a descriptive count (engine events)
 
 
@@ -54,19 +55,26 @@ DEFINITIONS = {
     "itl_ms": "inter-token latency (pooled gaps): percentiles of every gap between the streams' tokens after the "
               "anchor, pooled (vLLM's ITL); not AIPerf's ITL, a per-request average",
     **SESSION_DEFINITIONS,
+    "peak_rss_mb": "engine peak RSS: the largest sum of VmRSS over the launched engine's process tree (it and its "
+                   "children), sampled every 0.25 s from health to the run's end; only for engines the bench starts",
 }
 
 
-def metric_specs(scenario: dict[str, Any], has_events: bool,
-                 measured: dict[str, str] | None = None) -> list[MetricSpec]:
+PEAK_RSS = MetricSpec("peak_rss_mb", "engine peak RSS (its process tree)", "MB", "lower")
+
+
+def metric_specs(scenario: dict[str, Any], has_events: bool, measured: dict[str, str] | None = None,
+                 has_rss: bool = False) -> list[MetricSpec]:
     """The report's rows for a scenario (its JSON dict), in the spec's order. `measured` names each
-    joiner's prompt length as the servers counted it (e.g. "4096 tokens"), which the label then states."""
+    joiner's prompt length as the servers counted it (e.g. "4096 tokens"), which the label then states;
+    `has_rss`: some run sampled its engine's memory (a last row)."""
     requests = scenario["requests"]
     has_streams = any(r["role"] == "stream" for r in requests)
     specs: list[MetricSpec] = []
+    rss = [PEAK_RSS] if has_rss else []
     if any(r["role"] == "session" for r in requests):  # agent sessions: their own rows (session_metrics.py)
         specs = [MetricSpec(*row) for row in session_specs(scenario)]
-        return specs + ([MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS] if has_events else [])
+        return specs + ([MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS] if has_events else []) + rss
     if has_streams:
         specs += [
             MetricSpec("longest_pause_s", "longest pause of a stream", "s", "lower"),
@@ -93,7 +101,7 @@ def metric_specs(scenario: dict[str, Any], has_events: bool,
         ]
     if has_events:
         specs += [MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS]
-    return specs
+    return specs + rss
 
 
 def _spans(request: dict[str, Any], since: float | None, open_end: bool) -> list[tuple[float, float]]:
@@ -162,6 +170,8 @@ def compute_metrics(run: dict[str, Any], threshold_s: float = DEFAULT_PAUSE_THRE
         for key, q in (("itl_p50_ms", 50), ("itl_p99_ms", 99), ("itl_max_ms", 100)):
             out[key] = float(np.percentile(gaps, q)) * 1000.0 if gaps else None
 
+    if run.get("peak_rss_bytes") is not None:
+        out["peak_rss_mb"] = run["peak_rss_bytes"] / 1e6
     events = run.get("engine_events")
     if events is not None:
         # the streams' own reads are setup; count what the joiners' reads did (ids: <run id>-<request>)

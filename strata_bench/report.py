@@ -65,7 +65,8 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
     failed_arms = {r["arm"] for r in runs if r.get("status") not in ("ok", MISSED) or serialised(r)}
     usable = [r for r in runs if r.get("arm") not in failed_arms and r.get("status") == "ok"]
     has_events = any(r.get("engine_events") is not None for r in usable)
-    specs = metric_specs(scenario, has_events, measured_lengths(scenario, runs))
+    has_rss = any(r.get("peak_rss_bytes") is not None for r in usable)
+    specs = metric_specs(scenario, has_events, measured_lengths(scenario, runs), has_rss)
     by_arm_round = {(r["arm"], r["round"]): compute_metrics(r, threshold) for r in usable}
     metrics = []
     for spec in specs:

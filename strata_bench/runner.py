@@ -1,7 +1,8 @@
 """Runner: a bench's whole plan (order.py), a fresh engine per run, each run saved the moment it ends.
 
 A run that fails (engine does not start, never gets healthy, dies, times out) is recorded as failed with
-the arm's name and its last stderr lines, and the bench goes on. Ctrl-C stops the current engine and
+the arm's name and its last stderr lines, and the bench goes on. While a launched engine runs, its process
+tree's resident memory is sampled (engines/memory.py) into the run's `peak_rss_bytes`. Ctrl-C stops the current engine and
 leaves every finished run on disk; `resume` runs only what the directory does not hold yet.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .arms import Arm
 from .driver import RunContext, drive
 from .engines.http_stream import run as run_stamped
 from .engines.launcher import EngineProcess, LaunchError
+from .engines.memory import RssSampler, not_sampled
 from .metrics import DEFAULT_PAUSE_THRESHOLD_S, compute_metrics
 from .order import RunKey, run_plan
 from .progress import Progress
@@ -146,15 +148,17 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
                               "time_scale": config.time_scale, "pause_threshold_s": config.pause_threshold_s}
     started = time.monotonic()
     engine: EngineProcess | None = None
+    memory: RssSampler | None = None
     try:
         if arm.is_url:
-            record.update(url=arm.url, command=None)
+            record.update(url=arm.url, command=None, **not_sampled("a running server (NAME=@URL): not sampled"))
             run = run_stamped(drive(arm.url, ctx))
         else:
             engine = EngineProcess(arm.command, name=f"arm {arm.name!r}", log_stem=out.logs_dir / key.id)
             record.update(url=engine.url, command=engine.launched, stderr=str(engine.stderr_path.relative_to(out.path)))
             engine.spawn()
             record["health_s"] = round(engine.wait_healthy(config.health_timeout_s), 3)
+            memory = RssSampler(engine.proc.pid).start()  # its process tree, from health to the run's end
             run = run_stamped(drive(engine.url, ctx, engine.exit_code))
             code = _exit_code_after(engine, run)
             if code is not None:  # died mid-run: its requests' errors are the symptom, not the story
@@ -168,6 +172,8 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
         run = {"status": "failed", "failure": f"{arm.label}: {type(exc).__name__}: {exc}\n"
                + traceback.format_exc(limit=3), "requests": [], "engine_events": None, "warnings": []}
     finally:
+        if memory is not None:
+            record.update(memory.stop())
         if engine is not None:
             record["exit_status"] = engine.stop(config.stop_timeout_s)
     record.update({k: v for k, v in run.items() if k != "id"})

@@ -16,6 +16,9 @@ of `tool_tokens`, `think_s` apart; every session's first prompt starts with the 
 `system_tokens`, then `prompt_tokens` of its own. A session with `after_turns: K` joins when every session
 without it has had K answers (plus `at_s`); the others start with the run. Scaled: system, context and tool
 lengths, `think_s`, `at_s`; a turn's answer length (`max_tokens`) stays, like a joiner's. sessions.py drives them.
+
+`count: N` expands a request into `name0..name{N-1}`; with `prompt_tokens_max` their prompt lengths are spread
+evenly from `prompt_tokens` (the first) to `prompt_tokens_max` (the last), so N agents hold contexts of N lengths.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ ROLES = ("stream", "joiner", "session")
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SESSION_KEYS = {"turns", "tool_tokens", "think_s", "after_turns"}
-_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count"} | _SESSION_KEYS
+_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count", "prompt_tokens_max"} | _SESSION_KEYS
 _SCENARIO_KEYS = {"name", "description", "settle_s", "stream_tail_s", "system_tokens", "requests"}
 
 
@@ -196,17 +199,32 @@ def _expand_request(item: Any, where: str) -> list[RequestSpec]:
     missing = {"name", "role", "prompt_tokens", "max_tokens"} - set(item)
     if missing:
         raise ScenarioError(f"{where}: missing field(s) {sorted(missing)}")
-    fields = {k: v for k, v in item.items() if k != "count"}
+    fields = {k: v for k, v in item.items() if k not in ("count", "prompt_tokens_max")}
     count = item.get("count")
     try:
         if count is None:
+            if "prompt_tokens_max" in item:
+                raise ScenarioError("prompt_tokens_max spreads the lengths of a `count`: give count too")
             return [RequestSpec(**fields)]
         if not isinstance(count, int) or count < 1:
             raise ScenarioError(f"count must be an integer >= 1, got {count!r}")
+        lengths = _spread(item["prompt_tokens"], item.get("prompt_tokens_max", item["prompt_tokens"]), count)
         # "stream" x 4 -> stream0..stream3: each its own request with its own cold prompt
-        return [RequestSpec(**{**fields, "name": f"{item['name']}{i}"}) for i in range(count)]
+        return [RequestSpec(**{**fields, "name": f"{item['name']}{i}", "prompt_tokens": n})
+                for i, n in enumerate(lengths)]
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _spread(low: Any, high: Any, count: int) -> list[Any]:
+    """`count` prompt lengths from `low` to `high`, evenly spaced and rounded (all `low` when they are equal)."""
+    if low == high or not isinstance(low, int) or isinstance(low, bool):
+        return [low] * count  # RequestSpec names a bad prompt_tokens
+    if not isinstance(high, int) or isinstance(high, bool) or high < low:
+        raise ScenarioError(f"prompt_tokens_max must be an integer >= prompt_tokens ({low}), got {high!r}")
+    if count == 1:
+        return [low]
+    return [low + round(i * (high - low) / (count - 1)) for i in range(count)]
 
 
 def available_scenarios() -> dict[str, Path]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-_UNIT_SUFFIX = {"s": " s", "ms": " ms", "tok/s": " tok/s", "tok": "", "": ""}
+_UNIT_SUFFIX = {"s": " s", "ms": " ms", "tok/s": " tok/s", "MB": " MB", "tok": "", "": ""}
 
 
 def fmt_value(value: float | None, unit: str, digits: int = 3) -> str:
@@ -105,7 +105,7 @@ def _definitions(report: dict[str, Any]) -> list[str]:
 
     shown = {m["key"].split(".")[0] for s in report["scenarios"] for m in s["metrics"]}
     family = {"itl_p50_ms": "itl_ms", "itl_p99_ms": "itl_ms", "itl_max_ms": "itl_ms",
-              "ttft_cached_p90_s": "ttft_cached_p50_s", "cached_share": "cached_tokens_p50"}
+              "ttft_cached_p90_s": "ttft_cached_p50_s"}
     keys = dict.fromkeys(family.get(k, k) for k in shown if family.get(k, k) in DEFINITIONS)
     return ["", "Definitions:"] + [f"- {DEFINITIONS[k]}" for k in DEFINITIONS if k in keys] if keys else []
 
