@@ -98,27 +98,3 @@ class Executor(Protocol):
 
     def free_slot(self, slot: int) -> None:
         """The slot's request ended. With the prompt cache on, its KV must stay until prepare_slot."""
-
-
-class PrefixCopies(Protocol):
-    """What an executor adds for the prompt cache (`supports_prefix_cache = True`): host copies of a slot's
-    first positions, on every stage, under a key the scheduler picks (`scheduler/prompt_cache.py`)."""
-
-    supports_prefix_cache: bool
-    kv_bytes_per_token: int  # every layer's keys and values of one token: what a stored token costs
-
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
-        """Copy positions [0, tokens) of the slot's KV into host memory under key (may raise: out of memory)."""
-
-    def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
-        """Copy the first `tokens` positions stored under key into the slot."""
-
-    def drop_prefix(self, key: int) -> None:
-        """Free the copy under key."""
-
-    def kv_generation(self) -> int:
-        """Bumped whenever KV the executor held is lost (stage ranks restarted): older prefixes are void."""
-
-    def kv_held(self, slot: int) -> tuple[int, int]:
-        """(first, min_keep) of what the slot holds: positions below `first` were let go of behind a sliding
-        window (a saved copy starts there), and a hit must keep at least `min_keep` tokens. Optional: (0, 0)."""

@@ -1,6 +1,6 @@
 """The simulator's side of the prompt cache: host copies as token counts, each copy charged modelled time.
 
-Contract (`scheduler/protocol.PrefixCopies`): a slot hit costs nothing (`prepare_slot` keeps positions);
+Contract (`scheduler/prompt_cache/copies.PrefixCopies`): a slot hit costs nothing (`prepare_slot` keeps positions);
 `save_prefix` and `restore_prefix` cost `CostProfile.copy_token_ms` per token; a stored token is counted at
 `CostProfile.kv_token_bytes`. A restore of more tokens than were saved, or from a slot that does not hold
 what is saved, raises ValueError, so a scheduler bug surfaces in tests.

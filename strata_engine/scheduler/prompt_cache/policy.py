@@ -13,26 +13,28 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..config import SchedulerConfig
-from .prefix_cache import SLOT, STORE, Held, Placement, PrefixCache
-from .prefix_store import PrefixStore
-from .protocol import Executor
-from .request import Request
-from .slots import SlotTable
+from ...config import SchedulerConfig
+from ..request import Request
+from ..slots import SlotTable
+from .placement import SLOT, STORE, Held, Placement, PrefixCache
+from .store import PrefixStore
+
+if TYPE_CHECKING:
+    from ..protocol import Executor
 
 MIB = 1 << 20
 
 
 class PromptCache:
-    def __init__(self, config: SchedulerConfig, executor: Executor, emit: Callable[..., None]):
+    def __init__(self, config: SchedulerConfig, executor: "Executor", emit: Callable[..., None]):
         self.executor, self.emit = executor, emit
         self.mib = config.prompt_cache_mib
         enabled = config.prompt_cache_mib > 0 and bool(getattr(executor, "supports_prefix_cache", False))
         bytes_per_token = int(getattr(executor, "kv_bytes_per_token", 0) or 0)
         store = PrefixStore(config.prompt_cache_mib * MIB, bytes_per_token) if enabled and bytes_per_token else None
-        # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (prefix_cache.py).
+        # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (placement.py).
         align = config.prefill_chunk if getattr(executor, "batch_invariant", False) else 1
         self.cache = PrefixCache(num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens,
                                  align=align) if enabled else None
