@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from ..tokens import SampledToken
+from .prompt_cache.copies import PrefixCopies
 
 if TYPE_CHECKING:
     from .request import Request
@@ -52,8 +53,9 @@ class MixedResult:
     first_token: SampledToken | None = None
 
 
-class Executor(Protocol):
-    """Every call the scheduler makes (`scheduler.py`, `endings.py`, `prompt_cache/`), on its step thread."""
+class Executor(PrefixCopies, Protocol):
+    """Every call the scheduler makes (`scheduler.py`, `endings.py`), on its step thread, and the prompt
+    cache's members (`prompt_cache/copies.PrefixCopies`; `NoPrefixCache` for an executor without it)."""
 
     num_stages: int  # pipeline stages: the scheduler sizes groups and micro-batches by it
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 class SimPrefixCopies:
     supports_prefix_cache = True
+    batch_invariant = False  # claimed by no cost model: a hit keeps every held token, not whole read chunks
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -17,6 +18,9 @@ class SimPrefixCopies:
 
     def kv_generation(self) -> int:
         return 0
+
+    def kv_held(self, slot: int) -> tuple[int, int]:
+        return 0, 0  # the simulator lets go of no KV: no sliding window
 
     def _copy(self, tokens: int) -> None:
         self._begin()
