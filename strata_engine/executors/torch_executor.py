@@ -21,7 +21,7 @@ from ..scheduler.request import Phase, Request
 
 
 class TorchExecutor:
-    supports_prefix_cache = True  # scheduler/protocol.PrefixCopies: each stage copies its own layers
+    supports_prefix_cache = True  # scheduler/prompt_cache/copies.PrefixCopies: each stage copies its own layers
 
     def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter, kv_bytes_per_token: int = 0,
                  kv_window: int | None = None):

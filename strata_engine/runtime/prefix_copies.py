@@ -1,9 +1,11 @@
 """The prompt cache's host copies on one stage: each stage (a thread's or a rank's) copies its own layers.
 
-Contract: a `PrefixCopy` (save, restore or drop; key, slot, tokens) travels through the stages in order with
-the micro-batches (a thread stage's queue, a stage rank's COPY frame), so it runs between the forwards
-before and after it; `HostPrefixes.apply` carries it out on the stage's `KVCache` (model/kv_cache.py).
-A save that cannot get the memory raises; the scheduler's store then evicts (scheduler/prompt_cache.py).
+The torch side of `scheduler/prompt_cache/copies.PrefixCopies` (`TorchExecutor.save_prefix` and the rest
+send these). Contract: a `PrefixCopy` (save, restore or drop; key, slot, tokens) travels through the
+stages in order with the micro-batches (a thread stage's queue, a stage rank's COPY frame), so it runs
+between the forwards before and after it; `HostPrefixes.apply` carries it out on the stage's `KVCache`
+(model/kv_cache.py). A save that cannot get the memory raises; the scheduler's store then evicts
+(scheduler/prompt_cache/policy.py).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from ..config import SchedulerConfig
 from .batch_read import next_read_chunks, piped_decode_budget_ms, piped_read_lead_in
 from .read_policy import ReadKind, has_boundaries, mixed_gap_ms, read_budget_ms, read_kind, unit_tokens
-from .prefix_cache import Placement
+from .prompt_cache import Placement
 from .request import Phase, Request
 from .slots import SlotTable
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from ..tokens import SampledToken
+from .prompt_cache.copies import PrefixCopies
 
 if TYPE_CHECKING:
     from .request import Request
@@ -52,39 +53,11 @@ class MixedResult:
     first_token: SampledToken | None = None
 
 
-class Executor(Protocol):
-    num_stages: int
+class Executor(PrefixCopies, Protocol):
+    """Every call the scheduler makes (`scheduler.py`, `endings.py`), on its step thread, and the prompt
+    cache's members (`prompt_cache/copies.PrefixCopies`; `NoPrefixCache` for an executor without it)."""
 
-    def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
-        """A new request takes the slot; its first keep_tokens positions stay (the prompt cache), the rest
-        will be written. Called with one argument when the prompt cache is off."""
-
-    def free_slot(self, slot: int) -> None:
-        """The slot's request ended. With the prompt cache on, its KV must stay until prepare_slot."""
-
-
-class PrefixCopies(Protocol):
-    """What an executor adds for the prompt cache (`supports_prefix_cache = True`): host copies of a slot's
-    first positions, on every stage, under a key the scheduler picks (`scheduler/prompt_cache.py`)."""
-
-    supports_prefix_cache: bool
-    kv_bytes_per_token: int  # every layer's keys and values of one token: what a stored token costs
-
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
-        """Copy positions [0, tokens) of the slot's KV into host memory under key (may raise: out of memory)."""
-
-    def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
-        """Copy the first `tokens` positions stored under key into the slot."""
-
-    def drop_prefix(self, key: int) -> None:
-        """Free the copy under key."""
-
-    def kv_generation(self) -> int:
-        """Bumped whenever KV the executor held is lost (stage ranks restarted): older prefixes are void."""
-
-    def kv_held(self, slot: int) -> tuple[int, int]:
-        """(first, min_keep) of what the slot holds: positions below `first` were let go of behind a sliding
-        window (a saved copy starts there), and a hit must keep at least `min_keep` tokens. Optional: (0, 0)."""
+    num_stages: int  # pipeline stages: the scheduler sizes groups and micro-batches by it
 
     def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken,
              should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
@@ -120,3 +93,10 @@ class PrefixCopies(Protocol):
         """The mixed read: each chunk in one micro-batch together with the decode tokens of the group
         `read_policy.choose_rider` picks, pipelined, draining only at the end. should_stop as in read.
         max_gap_ms (a pause target): a group rides only when it is due (`read_policy.ride_along`)."""
+
+    def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
+        """A new request takes the slot; its first keep_tokens positions stay (the prompt cache), the rest
+        will be written. Called with one argument when the prompt cache is off."""
+
+    def free_slot(self, slot: int) -> None:
+        """The slot's request ended. With the prompt cache on, its KV must stay until prepare_slot."""

@@ -20,8 +20,7 @@ from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadIn
                     UnitDone, give_way_candidate, plan_step)
 from .intake import Intake
 from .batch_read import next_read_chunks
-from .prefix_cache import Placement
-from .prompt_cache import PromptCache
+from .prompt_cache import Placement, PromptCache
 from .read_policy import ReadKind, check_executor, interruptible, read_kind, unit_tokens
 from .request import Phase, Request
 from .slots import SlotTable

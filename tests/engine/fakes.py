@@ -12,6 +12,7 @@ from typing import Any
 
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
+from strata_engine.scheduler.prompt_cache import NoPrefixCache
 from strata_engine.scheduler.request import Request
 from strata_engine.scheduler.scheduler import Scheduler
 from strata_engine.executors.sim import SimExecutor
@@ -53,8 +54,9 @@ class RecordingSink(TimelineSink):
         return max((b - a for a, b in zip(times, times[1:])), default=0.0)
 
 
-class RecordingExecutor:
-    """Wraps an executor and records each call: (kind, request id or group sizes, detail)."""
+class RecordingExecutor(NoPrefixCache):
+    """Wraps an executor and records each call: (kind, request id or group sizes, detail). It copies no
+    prefixes (`NoPrefixCache`): the prompt cache's tests run the scheduler straight over the simulator."""
 
     def __init__(self, inner: SimExecutor):
         self.inner = inner

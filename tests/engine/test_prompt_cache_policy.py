@@ -1,11 +1,11 @@
-"""The prompt cache's pure policy (scheduler/prefix_cache.py, prefix_store.py) at the spec's sizes: an agent's
+"""The prompt cache's pure policy (scheduler/prompt_cache/placement.py, store.py) at the spec's sizes: an agent's
 4,000-token context, 64 new tokens, 512-token chunks; no torch, no executor."""
 from __future__ import annotations
 
 import pytest
 
-from strata_engine.scheduler.prefix_cache import SLOT, STORE, PrefixCache, common_prefix
-from strata_engine.scheduler.prefix_store import Held, PrefixStore
+from strata_engine.scheduler.prompt_cache.placement import SLOT, STORE, PrefixCache, common_prefix
+from strata_engine.scheduler.prompt_cache.store import Held, PrefixStore
 
 CHUNK = 512
 CONTEXT = [(7 + 31 * i) % 997 for i in range(4000)]

@@ -35,7 +35,8 @@ TARGETS = {
     "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",
                       "strata_engine.torch_executor.TorchExecutor._deliver"),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
-    "cache-salt": ("strata_engine.scheduler.prefix_cache.PrefixCache.place",),
+    "cache-salt": ("strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",
+                   "strata_engine.scheduler.prefix_cache.PrefixCache.place"),
     "compiled-window": ("strata_engine.runtime.compiled_step.CompiledDecode._forward",),
 }
 CORRUPT_INDEX = 3

@@ -1,6 +1,6 @@
 """The simulator's side of the prompt cache: host copies as token counts, each copy charged modelled time.
 
-Contract (`scheduler/protocol.PrefixCopies`): a slot hit costs nothing (`prepare_slot` keeps positions);
+Contract (`scheduler/prompt_cache/copies.PrefixCopies`): a slot hit costs nothing (`prepare_slot` keeps positions);
 `save_prefix` and `restore_prefix` cost `CostProfile.copy_token_ms` per token; a stored token is counted at
 `CostProfile.kv_token_bytes`. A restore of more tokens than were saved, or from a slot that does not hold
 what is saved, raises ValueError, so a scheduler bug surfaces in tests.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 class SimPrefixCopies:
     supports_prefix_cache = True
+    batch_invariant = False  # claimed by no cost model: a hit keeps every held token, not whole read chunks
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -17,6 +18,9 @@ class SimPrefixCopies:
 
     def kv_generation(self) -> int:
         return 0
+
+    def kv_held(self, slot: int) -> tuple[int, int]:
+        return 0, 0  # the simulator lets go of no KV: no sliding window
 
     def _copy(self, tokens: int) -> None:
         self._begin()

@@ -7,35 +7,38 @@ store hit is copied back (`restore_prefix`), the slot is prepared to keep `keep`
 request starts with `tokens_read = cached_tokens = keep` (CACHE_HIT). `release` records what a leaving
 request's slot holds: a finished or cancelled request what it completely read or fed, a failed one
 nothing. A store that cannot take a copy (memory) evicts; a request never fails for the cache. Off when
-`prompt_cache_mib` is 0 or the executor has no `supports_prefix_cache`.
+`prompt_cache_mib` is 0 or the executor's `supports_prefix_cache` is False (`copies.PrefixCopies`).
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..config import SchedulerConfig
-from .prefix_cache import SLOT, STORE, Held, Placement, PrefixCache
-from .prefix_store import PrefixStore
-from .protocol import Executor
-from .request import Request
-from .slots import SlotTable
+from ...config import SchedulerConfig
+from ..request import Request
+from ..slots import SlotTable
+from .placement import SLOT, STORE, Held, Placement, PrefixCache
+from .store import PrefixStore
+
+if TYPE_CHECKING:
+    from ..protocol import Executor
 
 MIB = 1 << 20
 
 
 class PromptCache:
-    def __init__(self, config: SchedulerConfig, executor: Executor, emit: Callable[..., None]):
+    def __init__(self, config: SchedulerConfig, executor: "Executor", emit: Callable[..., None]):
         self.executor, self.emit = executor, emit
         self.mib = config.prompt_cache_mib
-        enabled = config.prompt_cache_mib > 0 and bool(getattr(executor, "supports_prefix_cache", False))
-        bytes_per_token = int(getattr(executor, "kv_bytes_per_token", 0) or 0)
-        store = PrefixStore(config.prompt_cache_mib * MIB, bytes_per_token) if enabled and bytes_per_token else None
-        # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (prefix_cache.py).
-        align = config.prefill_chunk if getattr(executor, "batch_invariant", False) else 1
-        self.cache = PrefixCache(num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens,
-                                 align=align) if enabled else None
+        self.cache: PrefixCache | None = None
+        if config.prompt_cache_mib > 0 and executor.supports_prefix_cache:
+            bytes_per_token = int(executor.kv_bytes_per_token)
+            store = PrefixStore(config.prompt_cache_mib * MIB, bytes_per_token) if bytes_per_token else None
+            # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (placement.py).
+            align = config.prefill_chunk if executor.batch_invariant else 1
+            self.cache = PrefixCache(num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens,
+                                     align=align)
         self.slot_evictions = 0
 
     @property
@@ -43,8 +46,7 @@ class PromptCache:
         return self.cache is not None
 
     def _generation(self) -> int:
-        generation = getattr(self.executor, "kv_generation", None)
-        return int(generation()) if generation is not None else 0
+        return int(self.executor.kv_generation())
 
     # -- planning (pure) ---------------------------------------------------------------------------
     def place(self, request: Request, slots: SlotTable) -> Placement | None:
@@ -89,8 +91,7 @@ class PromptCache:
             return
         valid = request.context_tokens  # prompt tokens completely read, then the fed outputs
         tokens = (list(request.prompt_ids) + list(request.output_ids))[:valid]
-        held = getattr(self.executor, "kv_held", None)
-        first, min_keep = held(slot) if held is not None else (0, 0)
+        first, min_keep = self.executor.kv_held(slot)
         self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation(), min_keep, first)
 
     # -- the store ---------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""The prompt cache's policy: what a free slot still holds, which slot a new request takes, how much of its
+"""The prompt cache's placement: what a free slot still holds, which slot a new request takes, how much of its
 prompt it keeps. Pure Python (no torch), owned by the scheduler's step thread.
 
 Contract: a finished request's slot keeps its tokens (`record`) until a new request takes the slot. `place`
 picks the free slot holding the longest usable prefix of the new prompt, or a restore from the host store
-(`prefix_store.PrefixStore`) when that is longer, or a cold slot (balanced groups; an empty slot before the
+(`store.PrefixStore`) when that is longer, or a cold slot (balanced groups; an empty slot before the
 least recently used one). A prefix is usable only under the same `cache_salt` and KV generation, never past
 `len(prompt) - 1` (the last prompt token is always read, so its logits exist), and never shorter than
 `min_tokens` or than the held prefix's `min_keep` (KV behind a sliding window is let go of). With `align` > 1 (the executor claims bitwise batch invariance) only positions written by
@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
-from .prefix_store import Held, PrefixStore
+from .store import Held, PrefixStore
 
 SLOT, STORE = "slot", "store"
 
