@@ -29,6 +29,7 @@ samples after warm-up; a sample is the mean of enough calls to take ~--sample-ms
   .venv/bin/python benchmarks/bench_attention.py
   .venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3    # as an AVX2 machine runs it
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,13 +66,15 @@ def calls_per_sample(fn: Callable[[], object], sample_ms: float) -> int:
     return max(1, round(sample_ms / 1e3 / per_call))
 
 
-def alternate(arms: dict[str, Callable[[], object]], repeats: int, warmup: int, sample_ms: float) -> dict[str, list[float]]:
+def alternate(
+    arms: dict[str, Callable[[], object]], repeats: int, warmup: int, sample_ms: float
+) -> dict[str, list[float]]:
     """µs per call of each arm, one sample per arm per repeat, the order flipped every repeat (A, B, B, A, ...)."""
     names = list(arms)
     calls = {name: calls_per_sample(fn, sample_ms) for name, fn in arms.items()}
     samples: dict[str, list[float]] = {name: [] for name in names}
     for i in range(warmup + repeats):
-        for name in (names if i % 2 == 0 else names[::-1]):
+        for name in names if i % 2 == 0 else names[::-1]:
             fn, n = arms[name], calls[name]
             start = time.perf_counter()
             for _ in range(n):
@@ -81,8 +84,14 @@ def alternate(arms: dict[str, Callable[[], object]], repeats: int, warmup: int, 
     return samples
 
 
-def reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor,
-              window: int | None) -> torch.Tensor:
+def reference(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    window: int | None,
+) -> torch.Tensor:
     """float64 softmax(q k^T / sqrt(hd) + mask) v, the query at p seeing keys (p - window, p]: [1, H, T, hd]."""
     heads, kv_heads, head_dim = q.shape[1], keys.shape[1], q.shape[3]
     q64 = q[0].double()
@@ -117,13 +126,17 @@ def row_inputs(config, queries: int, length: int, generator: torch.Generator):
 def row(shape: str, samples: dict[str, list[float]], errors: list[float]) -> str:
     (a, sa), (b, sb) = samples.items()
     ma, mb = statistics.median(sa), statistics.median(sb)
-    return (f"| {shape} | {ma:.1f} / {min(sa):.1f} | {mb:.1f} / {min(sb):.1f} | {mb / ma:.2f} "
-            f"| {errors[0]:.1e} | {errors[1]:.1e} |")
+    return (
+        f"| {shape} | {ma:.1f} / {min(sa):.1f} | {mb:.1f} / {min(sb):.1f} | {mb / ma:.2f} "
+        f"| {errors[0]:.1e} | {errors[1]:.1e} |"
+    )
 
 
 def header(first: str, a: str, b: str) -> str:
-    return (f"| {first} | {a}: median / min µs | {b}: median / min µs | B/A | max abs diff A vs float64 "
-            f"| B vs float64 |\n|---|---:|---:|---:|---:|---:|")
+    return (
+        f"| {first} | {a}: median / min µs | {b}: median / min µs | B/A | max abs diff A vs float64 "
+        f"| B vs float64 |\n|---|---:|---:|---:|---:|---:|"
+    )
 
 
 def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -131,9 +144,11 @@ def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 # -march level -> (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, the CPU flags it needs)
-ISA_LEVELS = {"x86-64-v2": ("default", "SSE4_2", {"sse4_2", "popcnt"}),
-              "x86-64-v3": ("avx2", "AVX2", {"avx2", "fma", "bmi2"}),
-              "x86-64-v4": ("avx512", "AVX512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"})}
+ISA_LEVELS = {
+    "x86-64-v2": ("default", "SSE4_2", {"sse4_2", "popcnt"}),
+    "x86-64-v3": ("avx2", "AVX2", {"avx2", "fma", "bmi2"}),
+    "x86-64-v4": ("avx512", "AVX512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+}
 
 
 def at_isa(level: str | None, argv: list[str]) -> None:
@@ -150,25 +165,48 @@ def at_isa(level: str | None, argv: list[str]) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Arms alternate A, B, B, A, ... in one process; --repeats samples each after --warmup.")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Arms alternate A, B, B, A, ... in one process; --repeats samples each after --warmup.",
+    )
     p.add_argument("--model", default="strata-tiny-moe", help="whose config gives the head counts, head_dim and window")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as the engine decodes on 2 cores)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (default 1, as the engine decodes on 2 cores)"
+    )
     p.add_argument("--repeats", type=int, default=30, help="timed samples per arm (median and min shown)")
     p.add_argument("--warmup", type=int, default=4, help="untimed samples per arm first")
-    p.add_argument("--sample-ms", type=float, default=2.0, help="a sample is the mean of as many calls as take about this long")
+    p.add_argument(
+        "--sample-ms", type=float, default=2.0, help="a sample is the mean of as many calls as take about this long"
+    )
     p.add_argument("--keys", default="100,300,1024", help="section 1: comma-separated cached keys of the decode row")
-    p.add_argument("--chunks", default="32,64,128,256",
-                   help="section 2: comma-separated prompt chunk sizes (consecutive queries, each below the window)")
-    p.add_argument("--start", type=int, default=2048,
-                   help="section 2: the chunk's first position (>= the window; every start past it sees the same keys)")
+    p.add_argument(
+        "--chunks",
+        default="32,64,128,256",
+        help="section 2: comma-separated prompt chunk sizes (consecutive queries, each below the window)",
+    )
+    p.add_argument(
+        "--start",
+        type=int,
+        default=2048,
+        help="section 2: the chunk's first position (>= the window; every start past it sees the same keys)",
+    )
     p.add_argument("--decode-rows", default="4,6", help="section 3: comma-separated decode rows in the micro-batch")
-    p.add_argument("--decode-positions", default="100,600,1500",
-                   help="section 3: comma-separated positions of the rows (row i at position + 3i)")
-    p.add_argument("--chunk-starts", default="0,512,2048",
-                   help="section 4: comma-separated first positions of the chunks (any, inside the window or past it)")
-    p.add_argument("--isa", choices=sorted(ISA_LEVELS), default=None,
-                   help="run as a machine of this x86-64 level: native ops, ATen and MKL all at it (default: this CPU's own)")
+    p.add_argument(
+        "--decode-positions",
+        default="100,600,1500",
+        help="section 3: comma-separated positions of the rows (row i at position + 3i)",
+    )
+    p.add_argument(
+        "--chunk-starts",
+        default="0,512,2048",
+        help="section 4: comma-separated first positions of the chunks (any, inside the window or past it)",
+    )
+    p.add_argument(
+        "--isa",
+        choices=sorted(ISA_LEVELS),
+        default=None,
+        help="run as a machine of this x86-64 level: native ops, ATen and MKL all at it (default: this CPU's own)",
+    )
     p.add_argument("--sections", default="1,2,3,4", help="comma-separated sections to run (default all)")
     args = p.parse_args()
     at_isa(args.isa, sys.argv)
@@ -178,12 +216,18 @@ def main() -> None:
         p.error(f"--start: {args.start} is inside the window ({window}); the band path needs start >= window")
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
-    print(f"{args.model}: {config.num_heads} query heads, {config.num_kv_heads} kv heads, head_dim {config.head_dim}, "
-          f"window {window}; float32")
-    print(f"CPU {device_info()['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-          f"{args.repeats} alternating samples per arm after {args.warmup} warm-up")
-    print(f"ISA: native ops -march={os.environ.get('STRATA_NATIVE_MARCH', 'native')}, ATen "
-          f"{torch.backends.cpu.get_cpu_capability()}, MKL {os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'its own choice')}")
+    print(
+        f"{args.model}: {config.num_heads} query heads, {config.num_kv_heads} kv heads, head_dim {config.head_dim}, "
+        f"window {window}; float32"
+    )
+    print(
+        f"CPU {device_info()['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{args.repeats} alternating samples per arm after {args.warmup} warm-up"
+    )
+    print(
+        f"ISA: native ops -march={os.environ.get('STRATA_NATIVE_MARCH', 'native')}, ATen "
+        f"{torch.backends.cpu.get_cpu_capability()}, MKL {os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'its own choice')}"
+    )
     sections = set(ints(args.sections))
 
     if 1 in sections:
@@ -204,10 +248,13 @@ def decode_row(config, window: int | None, args, generator: torch.Generator) -> 
     with torch.inference_mode():
         for length in ints(args.keys):
             q, keys, values, positions = row_inputs(config, 1, length, generator)
-            seen_k, seen_v = (keys, values) if window is None or length <= window else \
-                (keys[:, :, -window:], values[:, :, -window:])  # what attend_row slices for a windowed decode
-            arms = {"A": lambda: attend_row(q, keys, values, positions, True, window),
-                    "B": lambda: bmm_softmax(q, seen_k, seen_v)}
+            seen_k, seen_v = (
+                (keys, values) if window is None or length <= window else (keys[:, :, -window:], values[:, :, -window:])
+            )  # what attend_row slices for a windowed decode
+            arms = {
+                "A": lambda: attend_row(q, keys, values, positions, True, window),
+                "B": lambda: bmm_softmax(q, seen_k, seen_v),
+            }
             ref = reference(q, keys, values, positions, torch.arange(length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             print(row(f"{length:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
@@ -215,13 +262,17 @@ def decode_row(config, window: int | None, args, generator: torch.Generator) -> 
 
 def band_section(config, window: int | None, args, generator: torch.Generator) -> None:
     """Section 2: the flash band path against the masked call, or why it is skipped."""
-    print("\n2. A prompt chunk past the window: A = the flash band path (three unmasked flash calls merged), "
-          "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
-          f"rows take), chunk starting at {args.start:,}\n")
+    print(
+        "\n2. A prompt chunk past the window: A = the flash band path (three unmasked flash calls merged), "
+        "B = attend_row's masked path (one masked call over every key the chunk sees; what non-consecutive "
+        f"rows take), chunk starting at {args.start:,}\n"
+    )
     chunks = ints(args.chunks)
     if window is None or flash_cpu is None or not all(1 < chunk < window for chunk in chunks):
-        print(f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
-              f"chunks {chunks}, flash op {'present' if flash_cpu is not None else 'absent'})")
+        print(
+            f"skipped: needs a sliding window larger than every chunk and the CPU flash op (window {window}, "
+            f"chunks {chunks}, flash op {'present' if flash_cpu is not None else 'absent'})"
+        )
     else:
         band_chunks(config, window, args, generator, chunks)
 
@@ -232,8 +283,10 @@ def band_chunks(config, window: int, args, generator: torch.Generator, chunks: l
     for chunk in chunks:
         length = args.start + chunk
         q, keys, values, positions = row_inputs(config, chunk, length, generator)
-        arms = {"A": lambda: band_window_chunk(q, keys, values, args.start, window),
-                "B": lambda: attend_row(q, keys, values, positions, False, window)}
+        arms = {
+            "A": lambda: band_window_chunk(q, keys, values, args.start, window),
+            "B": lambda: attend_row(q, keys, values, positions, False, window),
+        }
         low = args.start - window + 1
         ref = reference(q, keys[:, :, low:], values[:, :, low:], positions, torch.arange(low, length), window)
         errors = [max_diff(fn(), ref) for fn in arms.values()]
@@ -242,8 +295,10 @@ def band_chunks(config, window: int, args, generator: torch.Generator, chunks: l
 
 def chunk_op(config, window: int | None, args, generator: torch.Generator) -> None:
     """Section 4: a prompt chunk's attention, the flash paths (`aten_row`) against the native op (`attend_row`)."""
-    print("\n4. A prompt chunk's attention: A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0), "
-          "B = the native chunk op (attend_row, as the engine calls it)\n")
+    print(
+        "\n4. A prompt chunk's attention: A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0), "
+        "B = the native chunk op (attend_row, as the engine calls it)\n"
+    )
     if native_chunk_attention() is None:
         print("skipped: the native chunk op could not be built here (the engine then uses A)")
         return
@@ -252,19 +307,29 @@ def chunk_op(config, window: int | None, args, generator: torch.Generator) -> No
         for chunk in ints(args.chunks):
             length = start + chunk
             q, keys, values, positions = row_inputs(config, chunk, length, generator)
-            arms = {"A": lambda: aten_row(q, keys, values, positions, True, window),
-                    "B": lambda: attend_row(q, keys, values, positions, True, window)}
+            arms = {
+                "A": lambda: aten_row(q, keys, values, positions, True, window),
+                "B": lambda: attend_row(q, keys, values, positions, True, window),
+            }
             ref = reference(q, keys, values, positions, torch.arange(length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             seen = sum(min(p + 1, window or p + 1) for p in range(start, length))  # keys each query sees
             macs = 2 * seen * config.num_heads * config.head_dim
-            print(row(f"{chunk:,} at {start:,} ({macs / 1e6:.0f} M)", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+            print(
+                row(
+                    f"{chunk:,} at {start:,} ({macs / 1e6:.0f} M)",
+                    alternate(arms, args.repeats, args.warmup, args.sample_ms),
+                    errors,
+                )
+            )
 
 
 def decode_op(config, window: int | None, args, generator: torch.Generator) -> None:
     """Section 3: the compiled step's decode attention op, ATen's per-row calls against the native op."""
-    print("\n3. The compiled step's decode attention op (a micro-batch padded to 8 rows, the KV writes included): "
-          "A = its per-row ATen calls, B = the native op\n")
+    print(
+        "\n3. The compiled step's decode attention op (a micro-batch padded to 8 rows, the KV writes included): "
+        "A = its per-row ATen calls, B = the native op\n"
+    )
     native = native_decode_attention()
     if native is None:
         print("skipped: the native op could not be built here (the engine then uses A)")
@@ -279,16 +344,31 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
             q, k, v = (torch.randn(8, h, head_dim, generator=generator) for h in (heads, kv_heads, kv_heads))
             slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
             w = -1 if window is None else window
-            arms = {"A": lambda: per_row_attention(q, k, v, *caches, slots, positions, w),
-                    "B": lambda: native(q, k, v, *caches, slots, positions, w)}
+            arms = {
+                "A": lambda: per_row_attention(q, k, v, *caches, slots, positions, w),
+                "B": lambda: native(q, k, v, *caches, slots, positions, w),
+            }
             errors = []
             for fn in arms.values():  # every row against plain float64 math over its own keys (written by the call)
                 out = fn()
-                errors.append(max(max_diff(out[i : i + 1].transpose(0, 1)[None],
-                                           reference(q[i : i + 1].transpose(0, 1)[None], caches[0][i : i + 1, :, : at[i] + 1],
-                                                     caches[1][i : i + 1, :, : at[i] + 1], positions[i : i + 1],
-                                                     torch.arange(at[i] + 1), window)) for i in range(rows)))
+                errors.append(
+                    max(
+                        max_diff(
+                            out[i : i + 1].transpose(0, 1)[None],
+                            reference(
+                                q[i : i + 1].transpose(0, 1)[None],
+                                caches[0][i : i + 1, :, : at[i] + 1],
+                                caches[1][i : i + 1, :, : at[i] + 1],
+                                positions[i : i + 1],
+                                torch.arange(at[i] + 1),
+                                window,
+                            ),
+                        )
+                        for i in range(rows)
+                    )
+                )
             print(row(f"{rows} at ~{base:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+
 
 if __name__ == "__main__":
     main()

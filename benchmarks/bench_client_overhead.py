@@ -11,6 +11,7 @@ is itself milliseconds at p99: no user-space client measures better than the sch
 
 Run: .venv/bin/python benchmarks/bench_client_overhead.py [--streams 64] [--itl-ms 20] [--tokens 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,14 +43,21 @@ async def measure(url: str, streams: int, tokens: int) -> list[list[tuple[float,
         def on_event(payload: dict, arrived: float) -> None:
             if isinstance(payload, dict) and "synthetic_t" in payload:
                 pairs[i].append((payload["synthetic_t"], arrived))
+
         return on_event
 
     results = [StreamResult(name=f"s{i}", role="stream", prompt_tokens=4) for i in range(streams)]
-    await asyncio.gather(*[
-        stream_completion(url, {"prompt": [i, 1, 2, 3], "max_tokens": tokens, "return_token_ids": True},
-                          results[i], on_event=hook(i))
-        for i in range(streams)
-    ])
+    await asyncio.gather(
+        *[
+            stream_completion(
+                url,
+                {"prompt": [i, 1, 2, 3], "max_tokens": tokens, "return_token_ids": True},
+                results[i],
+                on_event=hook(i),
+            )
+            for i in range(streams)
+        ]
+    )
     errors = [r.error for r in results if r.error]
     if errors:
         raise SystemExit(f"{len(errors)} requests failed, first: {errors[0]}")
@@ -65,8 +73,10 @@ def floor_single_stream(url: str, tokens: int) -> tuple[np.ndarray, np.ndarray]:
     body = json.dumps({"prompt": [7, 8], "max_tokens": tokens, "stream": True}).encode()
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    )
     sent_arrived, delays = [], []
     with sock:
         while True:
@@ -80,7 +90,7 @@ def floor_single_stream(url: str, tokens: int) -> tuple[np.ndarray, np.ndarray]:
                     delays.append((wall - (sec + nsec / 1e9)) * 1000)
             at = data.find(b'"synthetic_t": ')
             if at >= 0 and data.count(b"synthetic_t") == 1:  # one event per read: unambiguous
-                sent_arrived.append((float(data[at + 15:data.index(b"}", at)]), mono))
+                sent_arrived.append((float(data[at + 15 : data.index(b"}", at)]), mono))
     err = [((a1 - a0) - (s1 - s0)) * 1000 for (s0, a0), (s1, a1) in zip(sent_arrived, sent_arrived[1:])]
     return np.abs(np.array(err)), np.array(delays)
 
@@ -110,16 +120,26 @@ def main() -> None:
             server_jitter.append(((s1 - s0) * 1000) - args.itl_ms * args.pack)
     err, jit = np.abs(np.array(client_err)), np.abs(np.array(server_jitter))
     rate = len(client_err) / max(1e-9, max(a for e in pairs for _, a in e) - min(a for e in pairs for _, a in e))
-    print(f"{args.streams} streams x {args.tokens} tokens at {args.itl_ms:g} ms (pack {args.pack}); "
-          f"{len(client_err)} gaps, ~{rate:.0f} events/s into the client")
+    print(
+        f"{args.streams} streams x {args.tokens} tokens at {args.itl_ms:g} ms (pack {args.pack}); "
+        f"{len(client_err)} gaps, ~{rate:.0f} events/s into the client"
+    )
     print(f"|client gap - server gap| (ms):    {dist(err)}  within 1 ms: {100 * np.mean(err <= 1.0):.2f}%")
     print(f"|server gap - nominal| (ms):       {dist(jit)}  (the synthetic server's own jitter)")
     print(f"floor, 1 blocking stream (ms):     {dist(floor_err)}  within 1 ms: {100 * np.mean(floor_err <= 1.0):.2f}%")
     print(f"floor, kernel rx -> user (ms):     {dist(floor_delay)}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print(json.dumps({"streams": args.streams, "itl_ms": args.itl_ms, "gaps": len(client_err),
-                      "client_err_ms": {f"p{q}": round(float(np.percentile(err, q)), 4) for q in (50, 90, 99, 100)},
-                      "within_1ms": round(float(np.mean(err <= 1.0)), 5)}))
+    print(
+        json.dumps(
+            {
+                "streams": args.streams,
+                "itl_ms": args.itl_ms,
+                "gaps": len(client_err),
+                "client_err_ms": {f"p{q}": round(float(np.percentile(err, q)), 4) for q in (50, 90, 99, 100)},
+                "within_1ms": round(float(np.mean(err <= 1.0)), 5),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Usage:
         [--executor sim --time-scale 20] [--out bench-out/http_overhead.json]
   .venv/bin/python benchmarks/bench_http_overhead.py --render bench-out/http_overhead.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,14 @@ TARGET = 0.90
 
 # ---- the client process --------------------------------------------------------------------------
 async def _stream(client, url: str, prompt: str, max_tokens: int) -> dict:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "return_token_ids": True}
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "return_token_ids": True,
+    }
     tokens, first, last = 0, None, None
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -55,8 +62,12 @@ async def _client_round(job: dict) -> dict:
     tokens = sum(r["tokens"] for r in results)
     end = max(r["last"] for r in results)
     # A client process that is busy most of the run may itself be what limits the rate.
-    return {"tokens": tokens, "seconds": end - start, "client_cpu_share": (time.process_time() - cpu) / (end - start),
-            "ttft_median": statistics.median(r["first"] - start for r in results)}
+    return {
+        "tokens": tokens,
+        "seconds": end - start,
+        "client_cpu_share": (time.process_time() - cpu) / (end - start),
+        "ttft_median": statistics.median(r["first"] - start for r in results),
+    }
 
 
 def client_main() -> None:
@@ -91,7 +102,11 @@ def api_round(engine, prompts: list[str], max_tokens: int) -> dict:
     handles = [engine.submit(p, params, on_output=lambda item, i=i: on_output(item, i)) for i, p in enumerate(prompts)]
     done.wait()
     tokens = sum(len(h.result().token_ids) for h in handles)
-    return {"tokens": tokens, "seconds": last[0] - start, "ttft_median": statistics.median(t - start for t in first.values())}
+    return {
+        "tokens": tokens,
+        "seconds": last[0] - start,
+        "ttft_median": statistics.median(t - start for t in first.values()),
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -106,8 +121,9 @@ def run(args: argparse.Namespace) -> dict:
         config["model"] = args.model
     engine = Engine.from_pretrained(**config).start()
     url, stop = run_in_thread(create_app(engine))
-    client = subprocess.Popen([sys.executable, __file__, "--client"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    client = subprocess.Popen(
+        [sys.executable, __file__, "--client"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     runs = []
     try:
         api_round(engine, [f"warm {i}" for i in range(args.clients)], 8)
@@ -118,22 +134,35 @@ def run(args: argparse.Namespace) -> dict:
                 if arm == "api":
                     result = api_round(engine, prompts, args.max_tokens)
                 else:
-                    client.stdin.write(json.dumps({"url": url, "prompts": prompts, "max_tokens": args.max_tokens}) + "\n")
+                    client.stdin.write(
+                        json.dumps({"url": url, "prompts": prompts, "max_tokens": args.max_tokens}) + "\n"
+                    )
                     client.stdin.flush()
                     result = json.loads(client.stdout.readline())
                 result.update(arm=arm, round=r, rate=result["tokens"] / result["seconds"])
                 runs.append(result)
                 busy = f", client process busy {result['client_cpu_share']:.0%}" if arm == "http" else ""
-                print(f"round {r} {arm:4s}: {result['tokens']} tokens in {result['seconds']:.3f} s = "
-                      f"{result['rate']:.0f} tok/s, median TTFT {result['ttft_median'] * 1000:.0f} ms{busy}",
-                      file=sys.stderr)
+                print(
+                    f"round {r} {arm:4s}: {result['tokens']} tokens in {result['seconds']:.3f} s = "
+                    f"{result['rate']:.0f} tok/s, median TTFT {result['ttft_median'] * 1000:.0f} ms{busy}",
+                    file=sys.stderr,
+                )
     finally:
         client.stdin.close()
         client.wait(30)
         stop()
         engine.shutdown()
-    return {"config": {**config, "clients": args.clients, "max_tokens": args.max_tokens, "rounds": args.rounds,
-                       "model_name": engine.model_name, "cpus": os.cpu_count()}, "runs": runs}
+    return {
+        "config": {
+            **config,
+            "clients": args.clients,
+            "max_tokens": args.max_tokens,
+            "rounds": args.rounds,
+            "model_name": engine.model_name,
+            "cpus": os.cpu_count(),
+        },
+        "runs": runs,
+    }
 
 
 def render(data: dict) -> str:

@@ -6,6 +6,7 @@ the decode rate of batch 4 in 1 and 2 groups on 2 stage ranks, and the round tri
 micro-batch. Needs root, `ip netns` and `tc`. Raw numbers go to --json.
 Usage: .venv/bin/python benchmarks/bench_link_delay.py [--delays-ms 0,1,5] [--tokens 48] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,18 @@ def set_up(delay_ms: float) -> None:
     ip("link", "set", NS_DEV, "netns", NS)
     ip("addr", "add", f"{HOST_ADDR}/24", "dev", HOST_DEV)
     ip("link", "set", HOST_DEV, "up")
-    for args in (("addr", "add", "10.213.9.2/24", "dev", NS_DEV), ("link", "set", NS_DEV, "up"), ("link", "set", "lo", "up")):
+    for args in (
+        ("addr", "add", "10.213.9.2/24", "dev", NS_DEV),
+        ("link", "set", NS_DEV, "up"),
+        ("link", "set", "lo", "up"),
+    ):
         ip("netns", "exec", NS, "ip", *args)
     if delay_ms > 0:
-        done = subprocess.run(["tc", "qdisc", "add", "dev", HOST_DEV, "root", "netem", "delay", f"{delay_ms}ms"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["tc", "qdisc", "add", "dev", HOST_DEV, "root", "netem", "delay", f"{delay_ms}ms"],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             tear_down()
             raise SystemExit(f"tc netem is not available here ({done.stderr.strip()}): only --delays-ms 0 can run")
@@ -58,13 +66,21 @@ def measure(groups: int, tokens: int) -> tuple[float, float]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": HOST_ADDR, "MASTER_PORT": str(port), "WORLD_SIZE": "3"}
-    procs = [subprocess.Popen(STAGE, env={**env, "RANK": "1", "GLOO_SOCKET_IFNAME": HOST_DEV}),
-             subprocess.Popen(["ip", "netns", "exec", NS, *STAGE], env={**env, "RANK": "2", "GLOO_SOCKET_IFNAME": NS_DEV})]
-    os.environ.update({**{k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}, "RANK": "0",
-                       "GLOO_SOCKET_IFNAME": HOST_DEV})
+    procs = [
+        subprocess.Popen(STAGE, env={**env, "RANK": "1", "GLOO_SOCKET_IFNAME": HOST_DEV}),
+        subprocess.Popen(["ip", "netns", "exec", NS, *STAGE], env={**env, "RANK": "2", "GLOO_SOCKET_IFNAME": NS_DEV}),
+    ]
+    os.environ.update(
+        {
+            **{k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")},
+            "RANK": "0",
+            "GLOO_SOCKET_IFNAME": HOST_DEV,
+        }
+    )
     try:
-        with Engine.from_pretrained(batch=4, batch_groups=groups, split=2, log_events=False, stage_workers="dist",
-                                    stage_ranks="join", threads=1) as engine:
+        with Engine.from_pretrained(
+            batch=4, batch_groups=groups, split=2, log_events=False, stage_workers="dist", stage_ranks="join", threads=1
+        ) as engine:
             pipeline = engine.executor.pipeline
             trips = []
             for i in range(30):
@@ -75,8 +91,14 @@ def measure(groups: int, tokens: int) -> tuple[float, float]:
                 trips.append((time.perf_counter() - t0) * 1e3)
             done: list[float] = []
             prompts = [f"def function_{i}(value):\n    " for i in range(4)]
-            handles = [engine.submit(p, SamplingParams(max_tokens=tokens, ignore_eos=True),
-                                     on_output=lambda item: done.append(getattr(item, "t", None))) for p in prompts]
+            handles = [
+                engine.submit(
+                    p,
+                    SamplingParams(max_tokens=tokens, ignore_eos=True),
+                    on_output=lambda item: done.append(getattr(item, "t", None)),
+                )
+                for p in prompts
+            ]
             for h in handles:
                 h.result()
         times = sorted(t for t in done if t is not None)
@@ -104,8 +126,11 @@ def main() -> None:
             for groups in (1, 2):
                 rate, trip = measure(groups, args.tokens)
                 raw.append({"delay_ms": delay, "groups": groups, "tok_s": rate, "lone_round_trip_ms": trip})
-                print(f"delay {delay:g} ms per link crossing: {groups} group(s) {rate:.1f} tok/s, "
-                      f"a lone micro-batch's round trip {trip:.1f} ms", flush=True)
+                print(
+                    f"delay {delay:g} ms per link crossing: {groups} group(s) {rate:.1f} tok/s, "
+                    f"a lone micro-batch's round trip {trip:.1f} ms",
+                    flush=True,
+                )
         finally:
             tear_down()
     if args.json:

@@ -15,6 +15,7 @@ transformers', and whether our greedy tokens equal llama.cpp's.
 
   .venv/bin/python benchmarks/bench_model.py --threads 1,2 --repeats 5 --out bench-out/bench_model.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,6 @@ from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
-
 
 
 def seconds(fn) -> float:
@@ -83,7 +83,9 @@ def ours_prefill(model, config, prompt: list[int], chunk: int, row_tile: int) ->
         step(model, kv, [(0, start, prompt[start : start + chunk])], row_tile)
 
 
-def ours_decode(model, config, prompts: list[list[int]], steps: int, row_tile: int, compiled=None) -> tuple[float, list[int]]:
+def ours_decode(
+    model, config, prompts: list[list[int]], steps: int, row_tile: int, compiled=None
+) -> tuple[float, list[int]]:
     """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds, and
     row 0's greedy tokens. compiled: (its KV cache, a CompiledDecode over it) for the compiled decode step."""
     apply_row_tile(model, row_tile)
@@ -109,23 +111,35 @@ def compiled_step(model, config, batch: int, threads: int, ctx: int) -> tuple[KV
         tile = default_row_tile(config, "cpu", torch.float32, threads)
         apply_row_tile(model, tile)
         kv = KVCache(config, num_slots=batch, ctx=ctx)
-        COMPILED[batch, threads] = kv, CompiledDecode(model, range(config.num_layers), kv, True, True, tile, batch, threads)
+        COMPILED[batch, threads] = (
+            kv,
+            CompiledDecode(model, range(config.num_layers), kv, True, True, tile, batch, threads),
+        )
     return COMPILED[batch, threads]
 
 
 def hf_generate_seconds(hf, prompts: list[list[int]], new_tokens: int) -> float:
     ids = torch.tensor(prompts)
     start = time.perf_counter()
-    hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0)
+    hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
     return time.perf_counter() - start
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="strata-tiny-moe")
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts; every engine runs at each, "
-                   "and each engine's figure is its best count")
+    p.add_argument(
+        "--threads",
+        default="1,2",
+        help="comma-separated thread counts; every engine runs at each, and each engine's figure is its best count",
+    )
     p.add_argument("--prompt-tokens", type=int, default=2048)
     p.add_argument("--chunk", type=int, default=512)
     p.add_argument("--decode-prompt", type=int, default=256, help="prompt length of each decode row")
@@ -133,9 +147,15 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=6, help="the second decode batch (rows decoding together)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--matmul-size", type=int, default=2048)
-    p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp arms even where llama-cpp-python is installed")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the compiled decode step (strata-engine serve --compile; compiled once per batch and thread count)")
+    p.add_argument(
+        "--no-llama-cpp", action="store_true", help="skip the llama.cpp arms even where llama-cpp-python is installed"
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the compiled decode step (strata-engine serve --compile; compiled once per batch and thread count)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-out/bench_model.json"))
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -157,8 +177,15 @@ def main() -> None:
             llama = InProcessLlama(gguf, ctx=max(len(prompt), args.decode_prompt + args.decode_steps) + 16)
         except ModuleNotFoundError as err:
             print(f"llama.cpp arms skipped: {err} (the GGUF export needs `gguf`: bash scripts/install_llama_cpp.sh)")
-    r: dict = {"model": args.model, "threads": threads, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-               "command": "python " + " ".join(sys.argv), "row_tile": tiles["ours"], "llama_cpp": llama is not None}
+    r: dict = {
+        "model": args.model,
+        "threads": threads,
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "command": "python " + " ".join(sys.argv),
+        "row_tile": tiles["ours"],
+        "llama_cpp": llama is not None,
+    }
     # The machine may be shared: every engine and thread count alternate within every repeat, and the best
     # repeat (least disturbed) is the figure; the medians are kept in the JSON as well.
     samples: dict[str, list[float]] = {}
@@ -177,7 +204,9 @@ def main() -> None:
                 torch.set_num_threads(t)
                 record(f"matmul_t{t}", seconds(lambda: torch.mm(a, b)))
                 for arm, tile in tiles.items():
-                    record(f"{arm}_prefill_t{t}", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile)))
+                    record(
+                        f"{arm}_prefill_t{t}", seconds(lambda: ours_prefill(model, config, prompt, args.chunk, tile))
+                    )
                 record(f"hf_prefill_t{t}", hf_generate_seconds(hf, [prompt], 1))
                 if llama:
                     record(f"llama_prefill_t{t}", llama.prefill_seconds(prompt, t))
@@ -190,10 +219,14 @@ def main() -> None:
                     if args.compile:  # the arms above switched the weight layout back and forth: its guards recompile
                         kv_and_step = compiled_step(model, config, batch, t, ctx)
                         with kv_and_step[1].compiling():  # as compiled at first (STRATA_COMPILED_GEMMS: its GEMMs)
-                            took, greedy["ours_compiled"] = ours_decode(model, config, rows[:batch], args.decode_steps,
-                                                                        tiles["ours"], kv_and_step)
+                            took, greedy["ours_compiled"] = ours_decode(
+                                model, config, rows[:batch], args.decode_steps, tiles["ours"], kv_and_step
+                            )
                         record(f"ours_compiled_decode_b{batch}_t{t}", took)
-                    one, full = hf_generate_seconds(hf, rows[:batch], 1), hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1)
+                    one, full = (
+                        hf_generate_seconds(hf, rows[:batch], 1),
+                        hf_generate_seconds(hf, rows[:batch], args.decode_steps + 1),
+                    )
                     record(f"hf_decode_b{batch}_t{t}", full - one)
     if llama:
         llama.close()
@@ -203,7 +236,11 @@ def main() -> None:
     r["greedy_tokens_equal_llama"] = greedy["llama"][: len(greedy["ours"])] == greedy["ours"] if llama else None
     r["compiled_tokens_equal_eager"] = greedy["ours_compiled"] == greedy["ours"] if args.compile else None
     r["compile_s"] = {f"b{b}_t{t}": round(c.compile_s, 1) for (b, t), (_, c) in COMPILED.items()}
-    work = {"prefill": len(prompt), "decode_b1": args.decode_steps, f"decode_b{args.batch}": args.batch * args.decode_steps}
+    work = {
+        "prefill": len(prompt),
+        "decode_b1": args.decode_steps,
+        f"decode_b{args.batch}": args.batch * args.decode_steps,
+    }
     rates: dict[str, dict[str, float]] = {}  # "<engine>_<measure>" -> {"t1": tok/s, ...}
     for name, secs in best.items():
         if name.startswith("matmul"):
@@ -212,9 +249,13 @@ def main() -> None:
         measure = next(m for m in work if key.endswith(m))
         rates.setdefault(key, {})[f"t{t}"] = work[measure] / secs
     r["tok_s"] = rates
-    r["best"] = {key: max(by_threads.items(), key=lambda kv: kv[1]) for key, by_threads in rates.items()}  # -> (threads, tok/s)
+    r["best"] = {
+        key: max(by_threads.items(), key=lambda kv: kv[1]) for key, by_threads in rates.items()
+    }  # -> (threads, tok/s)
     r["matmul_gflops"] = max(2 * args.matmul_size**3 / best[f"matmul_t{t}"] / 1e9 for t in threads)
-    r["ours_prefill_gflops"] = prefill_flops(config, len(prompt)) / min(best[f"ours_prefill_t{t}"] for t in threads) / 1e9
+    r["ours_prefill_gflops"] = (
+        prefill_flops(config, len(prompt)) / min(best[f"ours_prefill_t{t}"] for t in threads) / 1e9
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=2) + "\n")
     print(render(r, args))
@@ -234,31 +275,53 @@ def render(r: dict, args) -> str:
 
     lines = [
         f"model {r['model']}, threads {r['threads']}, torch {r['torch']}, best of {args.repeats} alternating repeats, "
-        f"each engine at its best thread count (in brackets); raw numbers in {args.out}", "",
+        f"each engine at its best thread count (in brackets); raw numbers in {args.out}",
+        "",
         f"| tok/s | strata (invariant, rows padded to {r['row_tile']}) | strata compiled | strata (padding off) | transformers "
         "| llama.cpp |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for measure, label in (("prefill", f"prefill ({args.prompt_tokens} tokens, chunks of {args.chunk})"),
-                           ("decode_b1", "decode, batch 1"), (f"decode_b{args.batch}", f"decode, batch {args.batch}")):
-        lines.append(f"| {label} | {cell('ours_' + measure)} | {cell('ours_compiled_' + measure)} "
-                     f"| {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} | {cell('llama_' + measure)} |")
+    for measure, label in (
+        ("prefill", f"prefill ({args.prompt_tokens} tokens, chunks of {args.chunk})"),
+        ("decode_b1", "decode, batch 1"),
+        (f"decode_b{args.batch}", f"decode, batch {args.batch}"),
+    ):
+        lines.append(
+            f"| {label} | {cell('ours_' + measure)} | {cell('ours_compiled_' + measure)} "
+            f"| {cell('ours_padding_off_' + measure)} | {cell('hf_' + measure)} | {cell('llama_' + measure)} |"
+        )
     lines += ["", "| target | invariant | compiled | padding off |", "|---|---:|---:|---:|"]
-    for label, num, den in (("decode batch 1 / llama.cpp batch 1 >= 1.0", "decode_b1", "llama_decode_b1"),
-                            ("prefill / llama.cpp >= 1.0", "prefill", "llama_prefill"),
-                            (f"decode batch {args.batch} (aggregate) / llama.cpp batch 1 >= 2.0", f"decode_b{args.batch}", "llama_decode_b1"),
-                            (f"decode batch {args.batch} / transformers batch {args.batch} >= 2.0", f"decode_b{args.batch}", f"hf_decode_b{args.batch}"),
-                            ("prefill / transformers >= 1.0", "prefill", "hf_prefill")):
-        lines.append(f"| {label} | {ratio('ours_' + num, den)} | {ratio('ours_compiled_' + num, den)} "
-                     f"| {ratio('ours_padding_off_' + num, den)} |")
+    for label, num, den in (
+        ("decode batch 1 / llama.cpp batch 1 >= 1.0", "decode_b1", "llama_decode_b1"),
+        ("prefill / llama.cpp >= 1.0", "prefill", "llama_prefill"),
+        (
+            f"decode batch {args.batch} (aggregate) / llama.cpp batch 1 >= 2.0",
+            f"decode_b{args.batch}",
+            "llama_decode_b1",
+        ),
+        (
+            f"decode batch {args.batch} / transformers batch {args.batch} >= 2.0",
+            f"decode_b{args.batch}",
+            f"hf_decode_b{args.batch}",
+        ),
+        ("prefill / transformers >= 1.0", "prefill", "hf_prefill"),
+    ):
+        lines.append(
+            f"| {label} | {ratio('ours_' + num, den)} | {ratio('ours_compiled_' + num, den)} "
+            f"| {ratio('ours_padding_off_' + num, den)} |"
+        )
     lines.append("")
-    lines.append(f"prefill useful GFLOP/s {r['ours_prefill_gflops']:.1f} against fp32 mm {args.matmul_size}^3 {r['matmul_gflops']:.1f} "
-                 f"({r['ours_prefill_gflops'] / r['matmul_gflops']:.2f})")
+    lines.append(
+        f"prefill useful GFLOP/s {r['ours_prefill_gflops']:.1f} against fp32 mm {args.matmul_size}^3 {r['matmul_gflops']:.1f} "
+        f"({r['ours_prefill_gflops'] / r['matmul_gflops']:.2f})"
+    )
     if r["llama_cpp"]:
         lines.append(f"greedy tokens of decode row 0 equal llama.cpp's: {r['greedy_tokens_equal_llama']}")
     if r["compiled_tokens_equal_eager"] is not None:
-        lines.append(f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}; "
-                     f"compile seconds per (batch, threads): {r['compile_s']}")
+        lines.append(
+            f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}; "
+            f"compile seconds per (batch, threads): {r['compile_s']}"
+        )
     return "\n".join(lines)
 
 

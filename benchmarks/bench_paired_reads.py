@@ -14,6 +14,7 @@ and off (docs/measurements/chunk-kernel.md):
         --arm "native=strata-engine serve --ctx 8192" \\
         --arm "flash=env STRATA_CHUNK_KERNEL=0 strata-engine serve --ctx 8192"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 
 def prompt_text(tokens: int, read: int) -> str:
     """About `tokens` tokens of the byte-level model's kind of text, different from every other read's."""
-    text = (Path(argparse.__file__).read_text() + Path(statistics.__file__).read_text())
+    text = Path(argparse.__file__).read_text() + Path(statistics.__file__).read_text()
     while len(text) < tokens:
         text += text
     head = f"# read {read} {time.time_ns()}\n"
@@ -54,7 +55,9 @@ def read_once(client: httpx.Client, url: str, model: str, tokens: int, read: int
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arm", action="append", required=True, help="NAME=COMMAND (an engine serving the embedded model); two or more")
+    p.add_argument(
+        "--arm", action="append", required=True, help="NAME=COMMAND (an engine serving the embedded model); two or more"
+    )
     p.add_argument("--tokens", type=int, default=4096, help="prompt length of every read (default 4096)")
     p.add_argument("--rounds", type=int, default=8, help="reads per arm, alternating (default 8)")
     p.add_argument("--warmup", type=int, default=1, help="untimed reads per arm first (default 1)")
@@ -65,8 +68,11 @@ def main() -> None:
         raise SystemExit(str(exc)) from None
     if len(arms) < 2:
         raise SystemExit("give two or more --arm NAME=COMMAND: the reads compare them")
-    print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), {args.tokens}-token reads, "
-          f"{args.rounds} rounds", flush=True)
+    print(
+        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), {args.tokens}-token reads, "
+        f"{args.rounds} rounds",
+        flush=True,
+    )
     times: dict[str, list[float]] = {name: [] for name, _ in arms}
     read = 0
     with ExitStack() as stack, httpx.Client() as client:
@@ -78,13 +84,15 @@ def main() -> None:
             for _ in range(args.warmup):
                 read_once(client, url, model, args.tokens, read := read + 1)
         for round_ in range(args.rounds):
-            for name, _ in (arms if round_ % 2 == 0 else arms[::-1]):
+            for name, _ in arms if round_ % 2 == 0 else arms[::-1]:
                 url, model = urls[name]
                 took = read_once(client, url, model, args.tokens, read := read + 1)
                 times[name].append(took)
                 print(f"round {round_}: {name}: {took:.3f} s", flush=True)
     first = statistics.median(times[arms[0][0]])
-    print(f"\n| arm | {args.tokens}-token read, median of {args.rounds} (best) | ratio to {arms[0][0]} |\n|---|---:|---:|")
+    print(
+        f"\n| arm | {args.tokens}-token read, median of {args.rounds} (best) | ratio to {arms[0][0]} |\n|---|---:|---:|"
+    )
     for name, _ in arms:
         median = statistics.median(times[name])
         print(f"| {name} | {median:.3f} s ({min(times[name]):.3f}) | {median / first:.2f}x |")

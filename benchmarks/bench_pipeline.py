@@ -19,6 +19,7 @@ the pipeline then takes the whole decode (every layer in one call, one stage tim
 ranks' hops with none.
 With several --stage-workers values the arms (workers x groups) alternate within each repeat.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +33,25 @@ from strata_engine import Engine, SamplingParams
 from strata_engine.runtime.pipeline import MicroBatch, Part
 
 
-def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str = "auto", compile: bool = False) -> float:
+def decode_rate(
+    groups: int, batch: int, tokens: int, chunk: int, workers: str = "auto", compile: bool = False
+) -> float:
     prompts = [f"def function_{i}(value):\n    " for i in range(batch)]
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
-    with Engine.from_pretrained(batch=batch, batch_groups=groups, split=2, prefill_chunk=chunk, log_events=False,
-                                stage_workers=workers, compile=compile) as engine:
+    with Engine.from_pretrained(
+        batch=batch,
+        batch_groups=groups,
+        split=2,
+        prefill_chunk=chunk,
+        log_events=False,
+        stage_workers=workers,
+        compile=compile,
+    ) as engine:
         engine.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
         done: list[float] = []
-        handles = [engine.submit(p, params, on_output=lambda item: done.append(getattr(item, "t", None))) for p in prompts]
+        handles = [
+            engine.submit(p, params, on_output=lambda item: done.append(getattr(item, "t", None))) for p in prompts
+        ]
         for h in handles:
             h.result()
     times = sorted(t for t in done if t is not None)
@@ -50,7 +62,9 @@ def decode_rate(groups: int, batch: int, tokens: int, chunk: int, workers: str =
 def transport_us(workers: str, rows: int, samples: int = 200, compile: bool = False) -> tuple[float, float, list[int]]:
     """One decode micro-batch of `rows` rows alone in the pipeline, `samples` times: the median round trip
     and the median of (round trip - the stages' compute), both in µs; and the bytes on each link."""
-    engine = Engine.from_pretrained(batch=max(rows, 2), split=2, log_events=False, stage_workers=workers, compile=compile)
+    engine = Engine.from_pretrained(
+        batch=max(rows, 2), split=2, log_events=False, stage_workers=workers, compile=compile
+    )
     pipeline = engine.executor.pipeline
     trips, transport = [], []
     try:
@@ -76,18 +90,33 @@ def transport_us(workers: str, rows: int, samples: int = 200, compile: bool = Fa
 def longest_pause(piece: int | None, long_tokens: int, chunk: int, workers: str = "auto") -> tuple[float, float]:
     env = {"STRATA_PIPED_READ_PIECE": str(piece)} if piece else {}
     streams = 2
-    with Engine.from_pretrained(batch=4, batch_groups=2, split=2, prefill_chunk=chunk, ctx=max(4096, long_tokens + 256),
-                                log_events=False, env=env, stage_workers=workers) as engine:
+    with Engine.from_pretrained(
+        batch=4,
+        batch_groups=2,
+        split=2,
+        prefill_chunk=chunk,
+        ctx=max(4096, long_tokens + 256),
+        log_events=False,
+        env=env,
+        stage_workers=workers,
+    ) as engine:
         times: dict[int, list[float]] = {i: [] for i in range(streams)}
         params = SamplingParams(max_tokens=100_000, ignore_eos=True)
-        handles = [engine.submit(f"class Stream{i}:\n", params,
-                                 on_output=lambda item, i=i: times[i].append(item.t) if hasattr(item, "t") else None)
-                   for i in range(streams)]
+        handles = [
+            engine.submit(
+                f"class Stream{i}:\n",
+                params,
+                on_output=lambda item, i=i: times[i].append(item.t) if hasattr(item, "t") else None,
+            )
+            for i in range(streams)
+        ]
         while min(len(v) for v in times.values()) < 20:
             time.sleep(0.01)
         text = "".join(f"    result_{i} = compute(result_{i - 1}, {i})\n" for i in range(1, long_tokens))
         sent = engine.clock()
-        joiner = engine.submit(engine.tokenizer.encode(text)[:long_tokens], SamplingParams(max_tokens=1, ignore_eos=True))
+        joiner = engine.submit(
+            engine.tokenizer.encode(text)[:long_tokens], SamplingParams(max_tokens=1, ignore_eos=True)
+        )
         joiner.result()
         ttft = engine.clock() - sent
         time.sleep(0.3)
@@ -108,8 +137,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=96, help="decode tokens per stream for the rate")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--stage-workers", default="thread,dist",
-                    help="comma-separated: auto, thread, dist (each is measured; arms alternate)")
+    ap.add_argument(
+        "--stage-workers",
+        default="thread,dist",
+        help="comma-separated: auto, thread, dist (each is measured; arms alternate)",
+    )
     ap.add_argument("--compile", action="store_true", help="the compiled decode step in every engine")
     ap.add_argument("--skip-pause", action="store_true", help="measure the decode rates and the transport only")
     ap.add_argument("--json", default=None, help="also write every raw measurement to this file")
@@ -127,10 +159,12 @@ def main() -> None:
     for w in workers:
         med = {arm: statistics.median(rates[(w, arm)]) for arm in shapes}
         target = 1.6 if w == "dist" else 1.3
-        print(f"decode, 2 stages, stage workers {w}: 1 group of {args.batch} streams {med['1']:.1f} tok/s; "
-              f"2 groups of {args.batch // 2} (same streams) {med['2_same_streams']:.1f} tok/s, "
-              f"{med['2_same_streams'] / med['1']:.2f}x; 2 groups of {args.batch} (same micro-batch) "
-              f"{med['2_same_microbatch']:.1f} tok/s, {med['2_same_microbatch'] / med['1']:.2f}x (target >= {target}x)")
+        print(
+            f"decode, 2 stages, stage workers {w}: 1 group of {args.batch} streams {med['1']:.1f} tok/s; "
+            f"2 groups of {args.batch // 2} (same streams) {med['2_same_streams']:.1f} tok/s, "
+            f"{med['2_same_streams'] / med['1']:.2f}x; 2 groups of {args.batch} (same micro-batch) "
+            f"{med['2_same_microbatch']:.1f} tok/s, {med['2_same_microbatch'] / med['1']:.2f}x (target >= {target}x)"
+        )
         print("  raw tok/s: " + "; ".join(f"{arm} {[round(r, 1) for r in rates[(w, arm)]]}" for arm in shapes))
         raw["rates"][w] = {arm: rates[(w, arm)] for arm in shapes}
 
@@ -139,8 +173,10 @@ def main() -> None:
         trip, transport, link_bytes = transport_us(w, rows, compile=args.compile)
         raw["transport"][w] = {"rows": rows, "round_trip_us": trip, "transport_us": transport, "link_bytes": link_bytes}
         links = f", bytes per link {link_bytes}" if link_bytes else ""
-        print(f"transport, stage workers {w}: a {rows}-row decode micro-batch alone: round trip {trip:.0f} µs, "
-              f"of which transport {transport:.0f} µs (all hops){links}")
+        print(
+            f"transport, stage workers {w}: a {rows}-row decode micro-batch alone: round trip {trip:.0f} µs, "
+            f"of which transport {transport:.0f} µs (all hops){links}"
+        )
     if not args.skip_pause:
         for _ in range(args.repeat):  # arms alternate here too
             for w in workers:
@@ -151,8 +187,10 @@ def main() -> None:
             unset, pieces = raw["pauses"][w]["unset"], raw["pauses"][w]["pieces"]
             pu, tu = statistics.median(p for p, _ in unset), statistics.median(t for _, t in unset)
             pp, tp = statistics.median(p for p, _ in pieces), statistics.median(t for _, t in pieces)
-            print(f"stage workers {w}: longest pause while a {args.long}-token prompt is read: unset {pu * 1000:.0f} ms, "
-                  f"pieces of {args.piece} {pp * 1000:.0f} ms, cut {pu / pp:.1f}x (target >= 3x)")
+            print(
+                f"stage workers {w}: longest pause while a {args.long}-token prompt is read: unset {pu * 1000:.0f} ms, "
+                f"pieces of {args.piece} {pp * 1000:.0f} ms, cut {pu / pp:.1f}x (target >= 3x)"
+            )
             print(f"  the long prompt's TTFT: unset {tu * 1000:.0f} ms, pieces {tp * 1000:.0f} ms ({tp / tu:.2f}x)")
     if args.json:
         with open(args.json, "w") as f:

@@ -8,6 +8,7 @@ the engine's clock; tokens must be equal. Raw JSON first (--out), then the ratio
 
     .venv/bin/python benchmarks/bench_prompt_cache.py --rounds 3 --out runs/prompt_cache.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,13 @@ def one_round(cached: Engine, cold: Engine, seed: int, context_tokens: int, new_
         hit_s, hit_tokens, cached_tokens = first_token_s(cached, prompt)
         cold_s, cold_tokens, _ = first_token_s(cold, prompt)
         turns["store" if via_store else "slot"] = {
-            "prompt_tokens": len(prompt), "cached_tokens": cached_tokens, "ttft_cached_s": hit_s, "ttft_cold_s": cold_s,
-            "ratio": hit_s / cold_s, "tokens_equal": hit_tokens == cold_tokens}
+            "prompt_tokens": len(prompt),
+            "cached_tokens": cached_tokens,
+            "ttft_cached_s": hit_s,
+            "ttft_cold_s": cold_s,
+            "ratio": hit_s / cold_s,
+            "tokens_equal": hit_tokens == cold_tokens,
+        }
     return turns
 
 
@@ -67,19 +73,25 @@ def main() -> None:
         for engine in (cached, cold):  # warm-up: first forwards pay for allocations
             engine.generate([context(999, 600)], REPLY)
         rounds = [one_round(cached, cold, seed, args.context, args.new) for seed in range(args.rounds)]
-        raw = {"args": vars(args), "engine": {k: cached.info()[k] for k in ("model", "device", "dtype", "batch_invariant")},
-               "prompt_cache": cached.info()["prompt_cache"], "rounds": rounds}
+        raw = {
+            "args": vars(args),
+            "engine": {k: cached.info()[k] for k in ("model", "device", "dtype", "batch_invariant")},
+            "prompt_cache": cached.info()["prompt_cache"],
+            "rounds": rounds,
+        }
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
-            json.dump(raw, f, indent=1)
+        json.dump(raw, f, indent=1)
     for source, limit in (("slot", 0.2), ("store", 0.3)):
         turns = [r[source] for r in rounds]
         ratio = statistics.median(t["ratio"] for t in turns)
-        print(f"{source} hit: TTFT {statistics.median(t['ttft_cached_s'] for t in turns) * 1000:.0f} ms vs cold "
-              f"{statistics.median(t['ttft_cold_s'] for t in turns) * 1000:.0f} ms: {ratio:.3f}x (target <= {limit}x); "
-              f"cached_tokens {min(t['cached_tokens'] for t in turns)} of {turns[0]['prompt_tokens']}; "
-              f"tokens equal: {all(t['tokens_equal'] for t in turns)}")
+        print(
+            f"{source} hit: TTFT {statistics.median(t['ttft_cached_s'] for t in turns) * 1000:.0f} ms vs cold "
+            f"{statistics.median(t['ttft_cold_s'] for t in turns) * 1000:.0f} ms: {ratio:.3f}x (target <= {limit}x); "
+            f"cached_tokens {min(t['cached_tokens'] for t in turns)} of {turns[0]['prompt_tokens']}; "
+            f"tokens equal: {all(t['tokens_equal'] for t in turns)}"
+        )
 
 
 if __name__ == "__main__":

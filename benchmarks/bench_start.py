@@ -12,6 +12,7 @@ table with the CPU.
   .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
   .venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,11 @@ def start_once(command: str, timeout: float, read: int = 0) -> tuple[float, str,
         held = resident(engine.url)
         if read:
             prompt = [(7 + 31 * i) % 250 for i in range(read)]
-            httpx.post(f"{engine.url}/v1/completions", timeout=timeout,
-                       json={"prompt": prompt, "max_tokens": 1, "temperature": 0}).raise_for_status()
+            httpx.post(
+                f"{engine.url}/v1/completions",
+                timeout=timeout,
+                json={"prompt": prompt, "max_tokens": 1, "temperature": 0},
+            ).raise_for_status()
             held += f" / {resident(engine.url)}"
         deadline = time.monotonic() + 10
         lines: list[str] = []
@@ -63,12 +67,18 @@ def start_once(command: str, timeout: float, read: int = 0) -> tuple[float, str,
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Arguments after -- go to `strata-engine serve`.")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to `strata-engine serve`."
+    )
     p.add_argument("--warm", type=int, default=2, help="warm starts after the cold one (default 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a start may take (default 900)")
-    p.add_argument("--read", type=int, default=0, metavar="N",
-                   help="after health, read one N-token prompt and give the resident memory after it too")
+    p.add_argument(
+        "--read",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after health, read one N-token prompt and give the resident memory after it too",
+    )
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     command = " ".join(["strata-engine", "serve", *extra])
@@ -83,7 +93,9 @@ def main() -> int:
             kind = "cold" if i == 0 else f"warm {i}"
             took, ready, resident = start_once(command, args.timeout, args.read)
             compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
-            rows.append(f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {resident} | {ready} |")
+            rows.append(
+                f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {resident} | {ready} |"
+            )
             print(rows[-1], file=sys.stderr, flush=True)
     finally:
         for name, value in saved.items():
@@ -93,10 +105,11 @@ def main() -> int:
                 os.environ[name] = value
         shutil.rmtree(folder, ignore_errors=True)
     info = device_info()
-    print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, "
-          f"{' '.join(cpu_flags('avx512')) or 'no avx512'}")
+    print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, {' '.join(cpu_flags('avx512')) or 'no avx512'}")
     print()
-    print(f"| start | to health | compiling | resident{f' / after {args.read:,} tokens' if args.read else ''} | the engine's ready line |")
+    print(
+        f"| start | to health | compiling | resident{f' / after {args.read:,} tokens' if args.read else ''} | the engine's ready line |"
+    )
     print("|---|---:|---:|---:|---|")
     print("\n".join(rows))
     return 0

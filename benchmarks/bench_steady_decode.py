@@ -10,6 +10,7 @@ last answer) per arm and round, the medians, and each arm's ratio to the first a
         --arm "strata=strata-engine serve --batch 6 --ctx 8192 --compile" \\
         --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,13 @@ def one_round(url: str, streams: int, tokens: int) -> tuple[float, int]:
     model = probe(url).model or "strata-tiny-moe"  # the id the server answers to (vLLM wants its own)
 
     def post(i: int) -> tuple[int, str | None]:
-        body = {"model": model, "prompt": f"def fibonacci_{i}(n):\n    ", "max_tokens": tokens, "temperature": 0,
-                "ignore_eos": True}
+        body = {
+            "model": model,
+            "prompt": f"def fibonacci_{i}(n):\n    ",
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         answer = httpx.post(f"{url}/v1/completions", json=body, timeout=600.0)
         answer.raise_for_status()
         data = answer.json()
@@ -68,7 +74,7 @@ def main() -> None:
         raise SystemExit(str(exc)) from None
     rates: dict[str, list[float]] = {name: [] for name, _ in arms}
     for round_ in range(args.rounds):
-        for name, command in (arms if round_ % 2 == 0 else arms[::-1]):
+        for name, command in arms if round_ % 2 == 0 else arms[::-1]:
             with EngineProcess(command, name=name) as engine:
                 rate, got = one_round(engine.url, args.streams, args.tokens)
             rates[name].append(rate)

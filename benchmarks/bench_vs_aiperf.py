@@ -11,6 +11,7 @@ AIPerf needs a tokenizer: Strata's is byte-level, so a byte-level tokenizer.json
 
 Run: .venv/bin/python benchmarks/bench_vs_aiperf.py [--concurrency 4] [--requests 40] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,20 +33,23 @@ from strata_bench.load import LoadShape
 from strata_bench.load.runner import LoadConfig, drive_load
 from strata_bench.load.workload import LengthSpec, Workload
 
-FIGURES = (("ttft_ms", "TTFT p50 (ms)", "time_to_first_token"), ("tpot_ms", "TPOT p50 (ms) = AIPerf ITL", "inter_token_latency"),
-           ("latency_ms", "request latency p50 (ms)", "request_latency"),
-           ("output_throughput", "output token throughput (tok/s)", "output_token_throughput"))
+FIGURES = (
+    ("ttft_ms", "TTFT p50 (ms)", "time_to_first_token"),
+    ("tpot_ms", "TPOT p50 (ms) = AIPerf ITL", "inter_token_latency"),
+    ("latency_ms", "request latency p50 (ms)", "request_latency"),
+    ("output_throughput", "output token throughput (tok/s)", "output_token_throughput"),
+)
 WHY = {
     "ttft_ms": "same definition (send time taken before a connection is taken, to the first token-carrying event); "
-               "a gap is one client's own overhead or the server's speed at that time (the rounds alternate so drift "
-               "hits both)",
+    "a gap is one client's own overhead or the server's speed at that time (the rounds alternate so drift "
+    "hits both)",
     "tpot_ms": "same definition, (latency - TTFT) / (OSL - 1), checked below on AIPerf's own records; TPOT hangs on the "
-               "server's decode speed alone, so a gap means the server ran at another speed under each tool (where "
-               "client and engine share CPU cores, AIPerf's controller, workers and record processors take CPU from it)",
+    "server's decode speed alone, so a gap means the server ran at another speed under each tool (where "
+    "client and engine share CPU cores, AIPerf's controller, workers and record processors take CPU from it)",
     "latency_ms": "AIPerf ends a request at its last SSE message, strata-bench at [DONE], microseconds apart: a gap is "
-                  "the server's speed or client overhead, as for TPOT",
+    "the server's speed or client overhead, as for TPOT",
     "output_throughput": "same definition, output tokens / (last end - first send), checked below; with both loops full "
-                         "(requests in flight = the concurrency), a gap is the server's speed",
+    "(requests in flight = the concurrency), a gap is the server's speed",
 }
 
 
@@ -66,16 +70,23 @@ def byte_tokenizer(directory: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                                 "model_max_length": 1 << 20}))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 20})
+    )
     return directory
 
 
 def run_strata_bench(url: str, args: argparse.Namespace, round_index: int, workdir: Path) -> dict[str, float | None]:
     shape = LoadShape("closed", concurrency=args.concurrency, requests=args.requests, seed=round_index)
-    config = LoadConfig(arms=(Arm("strata", url=url),), points=(shape,), keepalive=True, warmup=args.warmup,
-                        workload=Workload(LengthSpec.parse(str(args.input_len)), LengthSpec.parse(str(args.output_len)),
-                                          seed=1000 + round_index))
+    config = LoadConfig(
+        arms=(Arm("strata", url=url),),
+        points=(shape,),
+        keepalive=True,
+        warmup=args.warmup,
+        workload=Workload(
+            LengthSpec.parse(str(args.input_len)), LengthSpec.parse(str(args.output_len)), seed=1000 + round_index
+        ),
+    )
     cpu = time.process_time()
     run = run_stamped(drive_load(url, shape, config, f"vs-aiperf-r{round_index}"))
     cpu = time.process_time() - cpu
@@ -119,15 +130,47 @@ class TreeCPU:
         return (inside[-1] - inside[0]) / (end - start) if len(inside) >= 2 and end > start else None
 
 
-def run_aiperf(exe: str, url: str, tokenizer: Path, args: argparse.Namespace, round_index: int,
-               workdir: Path) -> dict[str, float | None]:
+def run_aiperf(
+    exe: str, url: str, tokenizer: Path, args: argparse.Namespace, round_index: int, workdir: Path
+) -> dict[str, float | None]:
     artifacts = workdir / f"aiperf-r{round_index}"
-    cmd = [exe, "profile", "--model", args.model, "--url", url, "--endpoint-type", "completions", "--streaming",
-           "--tokenizer", str(tokenizer), "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
-           "--warmup-request-count", str(args.warmup), "--synthetic-input-tokens-mean", str(args.input_len),
-           "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(args.output_len),
-           "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0",
-           "--random-seed", str(round_index), "--artifact-dir", str(artifacts), "--ui-type", "none"]
+    cmd = [
+        exe,
+        "profile",
+        "--model",
+        args.model,
+        "--url",
+        url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--tokenizer",
+        str(tokenizer),
+        "--concurrency",
+        str(args.concurrency),
+        "--request-count",
+        str(args.requests),
+        "--warmup-request-count",
+        str(args.warmup),
+        "--synthetic-input-tokens-mean",
+        str(args.input_len),
+        "--synthetic-input-tokens-stddev",
+        "0",
+        "--output-tokens-mean",
+        str(args.output_len),
+        "--output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--extra-inputs",
+        "temperature:0",
+        "--random-seed",
+        str(round_index),
+        "--artifact-dir",
+        str(artifacts),
+        "--ui-type",
+        "none",
+    ]
     if args.server_token_count:
         cmd.append("--use-server-token-count")
     # Not HF_HUB_OFFLINE: AIPerf then looks the name up in the hub cache, which a local path is not in; an
@@ -151,11 +194,15 @@ def run_aiperf(exe: str, url: str, tokenizer: Path, args: argparse.Namespace, ro
     for key, _, tag in FIGURES:
         entry = records.get(tag) or {}
         out[key] = entry.get("avg") if key == "output_throughput" else entry.get("p50")
-    exported = [json.loads(line)["metadata"] for line in next(artifacts.glob("**/profile_export.jsonl")).read_text().splitlines()
-                if line.strip()]
+    exported = [
+        json.loads(line)["metadata"]
+        for line in next(artifacts.glob("**/profile_export.jsonl")).read_text().splitlines()
+        if line.strip()
+    ]
     measured = [m for m in exported if m.get("benchmark_phase") == "profiling"]
-    out["client_cpu_per_s"] = cpu.within(min(m["request_start_ns"] for m in measured) / 1e9,
-                                         max(m["request_end_ns"] for m in measured) / 1e9)
+    out["client_cpu_per_s"] = cpu.within(
+        min(m["request_start_ns"] for m in measured) / 1e9, max(m["request_end_ns"] for m in measured) / 1e9
+    )
     return out
 
 
@@ -169,19 +216,27 @@ def aiperf_definitions(artifacts: Path) -> list[str]:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     records = [r for r in records if r["metadata"].get("benchmark_phase") == "profiling"]
     value = lambda r, k: r["metrics"].get(k, {}).get("value")  # noqa: E731
-    tpot_gaps = [abs((value(r, "request_latency") - value(r, "time_to_first_token")) / (value(r, "output_sequence_length") - 1)
-                     - value(r, "inter_token_latency")) for r in records if value(r, "inter_token_latency") is not None]
+    tpot_gaps = [
+        abs(
+            (value(r, "request_latency") - value(r, "time_to_first_token")) / (value(r, "output_sequence_length") - 1)
+            - value(r, "inter_token_latency")
+        )
+        for r in records
+        if value(r, "inter_token_latency") is not None
+    ]
     ends = [r["metadata"]["request_end_ns"] for r in records]
     starts = [r["metadata"]["request_start_ns"] for r in records]
     ours_s = (max(ends) - min(starts)) / 1e9
     reported = json.loads(summary.read_text())
     theirs_s = (reported.get("benchmark_duration") or {}).get("avg")
     osl = sum(value(r, "output_sequence_length") or 0 for r in records)
-    return [f"- AIPerf's inter_token_latency is (request_latency - TTFT) / (OSL - 1) on {len(tpot_gaps)} of its "
-            f"{len(records)} records (largest difference {max(tpot_gaps, default=0):.2g} ms): our TPOT",
-            f"- its benchmark_duration {theirs_s:.3f} s; last request end - first request start over its records "
-            f"{ours_s:.3f} s; its output_token_throughput {(reported.get('output_token_throughput') or {}).get('avg'):.4g}, "
-            f"total OSL / that span {osl / ours_s:.4g} tok/s"]
+    return [
+        f"- AIPerf's inter_token_latency is (request_latency - TTFT) / (OSL - 1) on {len(tpot_gaps)} of its "
+        f"{len(records)} records (largest difference {max(tpot_gaps, default=0):.2g} ms): our TPOT",
+        f"- its benchmark_duration {theirs_s:.3f} s; last request end - first request start over its records "
+        f"{ours_s:.3f} s; its output_token_throughput {(reported.get('output_token_throughput') or {}).get('avg'):.4g}, "
+        f"total OSL / that span {osl / ours_s:.4g} tok/s",
+    ]
 
 
 def main() -> int:
@@ -202,8 +257,10 @@ def main() -> int:
     args = p.parse_args()
     exe = aiperf_command(args.aiperf)
     if exe is None:
-        print(f"AIPerf is not installed ({args.aiperf or 'no aiperf'} found; `pip install aiperf`, an optional "
-              "dependency): comparison skipped.")
+        print(
+            f"AIPerf is not installed ({args.aiperf or 'no aiperf'} found; `pip install aiperf`, an optional "
+            "dependency): comparison skipped."
+        )
         return 0
     workdir = (args.out or Path("bench-out") / f"vs-aiperf-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     workdir.mkdir(parents=True, exist_ok=False)
@@ -221,15 +278,23 @@ def main() -> int:
         for r in range(args.rounds):
             order = ["strata-bench", "aiperf"] if r % 2 == 0 else ["aiperf", "strata-bench"]
             for tool in order:
-                got = (run_strata_bench(engine.url, args, r, workdir) if tool == "strata-bench"
-                       else run_aiperf(exe, engine.url, tokenizer, args, r, workdir))
+                got = (
+                    run_strata_bench(engine.url, args, r, workdir)
+                    if tool == "strata-bench"
+                    else run_aiperf(exe, engine.url, tokenizer, args, r, workdir)
+                )
                 rows[tool].append(got)
-                print(f"round {r} {tool}: " + ", ".join(f"{k}={v:.4g}" for k, v in got.items() if v is not None),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {r} {tool}: " + ", ".join(f"{k}={v:.4g}" for k, v in got.items() if v is not None),
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         engine.stop()
     checks = aiperf_definitions(workdir / f"aiperf-r{args.rounds - 1}")
-    (workdir / "summary.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}))
+    (workdir / "summary.json").write_text(
+        json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
+    )
     print(f"raw data in {workdir}", file=sys.stderr)
     code = report(rows, args)
     print("\nDefinitions, checked on AIPerf's own records (its last round):\n" + "\n".join(checks))
@@ -237,8 +302,10 @@ def main() -> int:
 
 
 def report(rows: dict[str, list[dict[str, float | None]]], args: argparse.Namespace) -> int:
-    print(f"\nSame Strata server, concurrency {args.concurrency}, {args.requests} requests of {args.input_len} input "
-          f"and {args.output_len} output tokens, {args.rounds} rounds alternating; medians over rounds:\n")
+    print(
+        f"\nSame Strata server, concurrency {args.concurrency}, {args.requests} requests of {args.input_len} input "
+        f"and {args.output_len} output tokens, {args.rounds} rounds alternating; medians over rounds:\n"
+    )
     print("| figure | strata-bench | AIPerf | difference | |\n|---|---:|---:|---:|---|")
     disagreements = []
     for key, label, _ in FIGURES:
@@ -250,11 +317,15 @@ def report(rows: dict[str, list[dict[str, float | None]]], args: argparse.Namesp
         if not agree:
             disagreements.append(f"- {label}: {diff:+.1%}. {WHY[key]}")
     print("\n" + ("\n".join(disagreements) if disagreements else f"Every median agrees within {args.tolerance:.0%}."))
-    cpu = {tool: [r.get("client_cpu_per_s") for r in rows[tool] if r.get("client_cpu_per_s") is not None] for tool in rows}
+    cpu = {
+        tool: [r.get("client_cpu_per_s") for r in rows[tool] if r.get("client_cpu_per_s") is not None] for tool in rows
+    }
     if all(cpu.values()):
-        print("\nClient CPU inside the measured window (CPU seconds per second, median over rounds; the engine shares "
-              f"these cores): strata-bench {statistics.median(cpu['strata-bench']):.2f}, "
-              f"AIPerf {statistics.median(cpu['aiperf']):.2f}")
+        print(
+            "\nClient CPU inside the measured window (CPU seconds per second, median over rounds; the engine shares "
+            f"these cores): strata-bench {statistics.median(cpu['strata-bench']):.2f}, "
+            f"AIPerf {statistics.median(cpu['aiperf']):.2f}"
+        )
     return 0
 
 

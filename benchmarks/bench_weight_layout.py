@@ -9,6 +9,7 @@ row-major and column-major and whether every output row is bitwise the same; the
 
   .venv/bin/python benchmarks/bench_weight_layout.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,19 @@ from strata_engine.runtime.weight_layout import gemm_layout  # noqa: E402
 def gemm_shapes(config) -> list[tuple[str, int, int]]:
     """(name, K, N) of the model's GEMMs."""
     d, heads = config.hidden_size, config.num_heads * config.head_dim
-    shapes = [("qkv", d, heads + 2 * config.num_kv_heads * config.head_dim), ("o_proj", heads, d), ("lm_head", d, config.vocab_size)]
+    shapes = [
+        ("qkv", d, heads + 2 * config.num_kv_heads * config.head_dim),
+        ("o_proj", heads, d),
+        ("lm_head", d, config.vocab_size),
+    ]
     if config.num_experts:
         inter = config.moe_intermediate_size
-        shapes += [("router", d, config.num_experts), ("expert gate/up", d, 2 * inter), ("expert down", inter, d),
-                   ("every expert gate/up", d, config.num_experts * 2 * inter)]
+        shapes += [
+            ("router", d, config.num_experts),
+            ("expert gate/up", d, 2 * inter),
+            ("expert down", inter, d),
+            ("every expert gate/up", d, config.num_experts * 2 * inter),
+        ]
     return shapes
 
 
@@ -66,7 +75,9 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rows", default="16,32,64,512", help="comma-separated GEMM row counts")
     p.add_argument("--steps", type=int, default=64, help="decode steps per timing")
-    p.add_argument("--repeats", type=int, default=5, help="decode timings per layout (alternating); the median is shown")
+    p.add_argument(
+        "--repeats", type=int, default=5, help="decode timings per layout (alternating); the median is shown"
+    )
     args = p.parse_args()
     model, config = load_model(args.model)
     tile = row_tile_for(config)
@@ -98,8 +109,10 @@ def main() -> None:
                         times[column].append(seconds)
                 row_ms, col_ms = (statistics.median(times[c]) / args.steps * 1e3 for c in (False, True))
                 same = "bitwise equal" if torch.equal(logits[False], logits[True]) else "LOGITS DIFFER"
-                print(f"  decode step, batch {batch}, {count} thread(s), rows padded to {tile}: row-major {row_ms:.2f} ms, "
-                      f"column-major {col_ms:.2f} ms ({row_ms / col_ms:.2f}x); last logits {same}")
+                print(
+                    f"  decode step, batch {batch}, {count} thread(s), rows padded to {tile}: row-major {row_ms:.2f} ms, "
+                    f"column-major {col_ms:.2f} ms ({row_ms / col_ms:.2f}x); last logits {same}"
+                )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ the verdict: a behaviour declared absent that a run sees anyway passes, and the 
       --target strata='strata-engine serve --split 2 --batch 4 --batch-groups 2 --prefill-chunk 256' \\
       -- --scale 0.05
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,23 +47,34 @@ def run_check(check: str, target: str, extra: list[str]) -> dict:
         proc = subprocess.run([VERIFY, check, *where, "--json", str(out), *extra], capture_output=True, text=True)
         took = time.monotonic() - began
         if not out.exists():
-            return {"verdict": f"NO JSON (exit {proc.returncode})", "steps": [], "seconds": took,
-                    "stderr": proc.stderr[-400:]}
+            return {
+                "verdict": f"NO JSON (exit {proc.returncode})",
+                "steps": [],
+                "seconds": took,
+                "stderr": proc.stderr[-400:],
+            }
         data = json.loads(out.read_text())["report"]
         data["seconds"] = took
         return data
 
 
 def statuses(result: dict) -> dict[str, str]:
-    return {f'{step["check"]}: {step["name"]}': step["status"] for step in result.get("steps", [])}
+    return {f"{step['check']}: {step['name']}": step["status"] for step in result.get("steps", [])}
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Arguments after -- go to the check itself (e.g. -- --scale 0.05 --lacks give-way).")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Arguments after -- go to the check itself (e.g. -- --scale 0.05 --lacks give-way).",
+    )
     p.add_argument("--check", choices=["interleave", "cache", "determinism", "answers"], default="interleave")
-    p.add_argument("--target", action="append", required=True, metavar="NAME=COMMAND|NAME=@URL",
-                   help="an engine command (a fresh engine per phase) or @URL of a running server; repeatable")
+    p.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        metavar="NAME=COMMAND|NAME=@URL",
+        help="an engine command (a fresh engine per phase) or @URL of a running server; repeatable",
+    )
     p.add_argument("--runs", type=int, default=10, help="runs per target and condition (default 10)")
     p.add_argument("--hogs", type=int, default=2, help="busy processes while loaded (default 2: one per core here)")
     p.add_argument("--hog-seconds", type=float, default=1800.0, help="the longest a hog lives (default 1800)")
@@ -74,8 +86,11 @@ def main() -> int:
         if not sep or not name or not what:
             p.error(f"--target: {spec!r} is not NAME=COMMAND or NAME=@URL")
         targets.append((name, what))
-    print(f"strata-verify {args.check} {' '.join(extra)}: {args.runs} runs per target, quiet and with {args.hogs} "
-          f"CPU hog(s), alternating; {os.cpu_count()} CPU(s)", file=sys.stderr)
+    print(
+        f"strata-verify {args.check} {' '.join(extra)}: {args.runs} runs per target, quiet and with {args.hogs} "
+        f"CPU hog(s), alternating; {os.cpu_count()} CPU(s)",
+        file=sys.stderr,
+    )
     rows, notes, flipped = [], [], False
     for name, what in targets:
         first: dict[str, str] | None = None
@@ -83,8 +98,10 @@ def main() -> int:
         step_changes = 0
         for i in range(2 * args.runs):
             loaded = i % 2 == 1
-            hogs = [multiprocessing.Process(target=hog, args=(args.hog_seconds,), daemon=True)
-                    for _ in range(args.hogs if loaded else 0)]
+            hogs = [
+                multiprocessing.Process(target=hog, args=(args.hog_seconds,), daemon=True)
+                for _ in range(args.hogs if loaded else 0)
+            ]
             for h in hogs:
                 h.start()
             try:
@@ -99,19 +116,29 @@ def main() -> int:
             verdicts.add(result["verdict"])
             step_changes += bool(changed)
             note = "; ".join(f"{t}: {s}" for t, s in changed.items()) or result.get("stderr", "")
-            rows.append(f"| {name} | {i // 2 + 1} | {'loaded' if loaded else 'quiet'} | {result['verdict']} "
-                        f"| {result['seconds']:.0f} s | {note} |")
+            rows.append(
+                f"| {name} | {i // 2 + 1} | {'loaded' if loaded else 'quiet'} | {result['verdict']} "
+                f"| {result['seconds']:.0f} s | {note} |"
+            )
             print(rows[-1], file=sys.stderr, flush=True)
         flipped |= len(verdicts) > 1
-        notes.append(f"{name}: verdict {' / '.join(sorted(verdicts))} in {2 * args.runs} runs; {step_changes} run(s) with a "
-                     "step status unlike the first run's (a declared-absent behaviour seen anyway passes: not a flip "
-                     "unless the verdict changes)")
+        notes.append(
+            f"{name}: verdict {' / '.join(sorted(verdicts))} in {2 * args.runs} runs; {step_changes} run(s) with a "
+            "step status unlike the first run's (a declared-absent behaviour seen anyway passes: not a flip "
+            "unless the verdict changes)"
+        )
     print("| target | run | condition | verdict | wall | steps that differ from the target's first run |")
     print("|---|---:|---|---|---:|---|")
     print("\n".join(rows))
     print("\n" + "\n".join(f"- {note}" for note in notes))
-    print("\nflipped: " + ("YES: a target's verdict changed (see the rows above)" if flipped
-                           else "no: every run of each target gave the same verdict"))
+    print(
+        "\nflipped: "
+        + (
+            "YES: a target's verdict changed (see the rows above)"
+            if flipped
+            else "no: every run of each target gave the same verdict"
+        )
+    )
     return 1 if flipped else 0
 
 

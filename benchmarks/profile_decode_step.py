@@ -11,6 +11,7 @@ docs/measurements/decode-step.md). Prints µs per step per label and the top ate
 
   .venv/bin/python benchmarks/profile_decode_step.py --rows 1,6 --threads 1,2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
 def label_modules(model) -> None:
     """record_function ranges around the modules that make up a step (forward hooks)."""
+
     def wrap(module, name):
         def pre(_m, _a):
             if torch.compiler.is_compiling():
@@ -46,6 +48,7 @@ def label_modules(model) -> None:
         def post(_m, _a, _o):
             if not torch.compiler.is_compiling():
                 module._rf.__exit__(None, None, None)
+
         module.register_forward_pre_hook(pre)
         module.register_forward_hook(post)
 
@@ -77,10 +80,13 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--prompt", type=int, default=300)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--arms", default="invariant,padding_off,compiled",
-                   help="invariant (the engine's tile), padding_off, compiled, template (compiled with "
-                        "STRATA_COMPILED_GEMMS=template's C++ GEMM templates), tileN (eager at a row tile of N), compiledN "
-                        "(compiled at a tile of N)")
+    p.add_argument(
+        "--arms",
+        default="invariant,padding_off,compiled",
+        help="invariant (the engine's tile), padding_off, compiled, template (compiled with "
+        "STRATA_COMPILED_GEMMS=template's C++ GEMM templates), tileN (eager at a row tile of N), compiledN "
+        "(compiled at a tile of N)",
+    )
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
     tile = default_row_tile(config, "cpu", torch.float32, max(int(t) for t in args.threads.split(",")))  # the engine's
@@ -95,8 +101,11 @@ def main() -> None:
                 apply_row_tile(model, row_tile)
                 kv = KVCache(config, num_slots=batch, ctx=args.prompt + 4 * args.steps + 8)
                 gemms = "template" if arm == "template" else "aten"
-                compiled = (CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads, gemms=gemms)
-                            if arm.startswith("compiled") or arm == "template" else None)
+                compiled = (
+                    CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads, gemms=gemms)
+                    if arm.startswith("compiled") or arm == "template"
+                    else None
+                )
                 with torch.inference_mode():
                     tokens = []
                     for slot in range(batch):
@@ -111,6 +120,7 @@ def main() -> None:
                         stage_forward(model, layers, kv, part, True, True, row_tile, "cpu", compiled)
                         tokens = part.logits.argmax(-1).tolist()
                         position += 1
+
                     for _ in range(args.steps):  # warm
                         one_step()
                     took = []
@@ -126,12 +136,18 @@ def main() -> None:
                 events = prof.key_averages()
                 labelled = {e.key: e.cpu_time_total / args.steps for e in events if e.key.startswith("@")}
                 ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[:8]
-                print(f"\n== {arm}, batch {batch}, {threads} thread(s): {plain_ms:.2f} ms/step unprofiled (median; best "
-                      f"{best_ms:.2f}; {batch / plain_ms * 1e3:.0f} tok/s); profiled step {labelled.get('@step', 0) / 1e3:.2f} ms")
+                print(
+                    f"\n== {arm}, batch {batch}, {threads} thread(s): {plain_ms:.2f} ms/step unprofiled (median; best "
+                    f"{best_ms:.2f}; {batch / plain_ms * 1e3:.0f} tok/s); profiled step {labelled.get('@step', 0) / 1e3:.2f} ms"
+                )
                 for key, us in sorted(labelled.items(), key=lambda kv: -kv[1]):
                     print(f"   {key[1:]:<40} {us:8.0f} us/step")
-                print("   top aten ops (self):", ", ".join(f"{e.key} {e.self_cpu_time_total / args.steps:.0f}us x{e.count // args.steps}"
-                                                       for e in ops))
+                print(
+                    "   top aten ops (self):",
+                    ", ".join(
+                        f"{e.key} {e.self_cpu_time_total / args.steps:.0f}us x{e.count // args.steps}" for e in ops
+                    ),
+                )
 
 
 if __name__ == "__main__":

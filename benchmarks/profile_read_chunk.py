@@ -19,6 +19,7 @@ op of model/expert_kernel.py.
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-experts
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,10 +60,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a stage rank reads at 1 here)")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--top", type=int, default=10, help="aten ops listed")
-    p.add_argument("--compare-attention", action="store_true",
-                   help="time the chunk with the flash calls and with the native chunk op, alternating (no profile)")
-    p.add_argument("--compare-experts", action="store_true",
-                   help="time the chunk with the routed experts' Python loop and with the native op, alternating (no profile)")
+    p.add_argument(
+        "--compare-attention",
+        action="store_true",
+        help="time the chunk with the flash calls and with the native chunk op, alternating (no profile)",
+    )
+    p.add_argument(
+        "--compare-experts",
+        action="store_true",
+        help="time the chunk with the routed experts' Python loop and with the native op, alternating (no profile)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, config = load_model("strata-tiny-moe")
@@ -74,11 +81,11 @@ def main() -> None:
     tokens = source_tokens(args.start + args.chunk)
     with torch.inference_mode():
         for first in range(0, args.start, 512):
-            ids = tokens[first:min(first + 512, args.start)]
+            ids = tokens[first : min(first + 512, args.start)]
             stage_forward(model, layers, kv, Part.ragged([(0, first, ids)], False), True, True, tile, "cpu")
 
         def read() -> None:
-            part = Part.ragged([(0, args.start, tokens[args.start:])], True)
+            part = Part.ragged([(0, args.start, tokens[args.start :])], True)
             stage_forward(model, layers, kv, part, True, True, tile, "cpu")
 
         for _ in range(3):
@@ -95,16 +102,22 @@ def main() -> None:
                 with record_function("@chunk"):
                     read()
     median, best = statistics.median(took), min(took)
-    print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, {args.threads} thread(s), "
-          f"row tile {tile}")
-    print(f"chunk of {args.chunk} at position {args.start} (window {config.sliding_window}): {median * 1e3:.2f} ms "
-          f"median, {best * 1e3:.2f} best; {args.chunk / median:.0f} tok/s")
+    print(
+        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, {args.threads} thread(s), "
+        f"row tile {tile}"
+    )
+    print(
+        f"chunk of {args.chunk} at position {args.start} (window {config.sliding_window}): {median * 1e3:.2f} ms "
+        f"median, {best * 1e3:.2f} best; {args.chunk / median:.0f} tok/s"
+    )
     events = prof.key_averages()
     whole = next((e.cpu_time_total for e in events if e.key == "@chunk"), 0.0) or 1.0
     print(f"profiled chunk: {whole / args.repeats / 1e3:.2f} ms")
-    for e in sorted((e for e in events if e.key.startswith("@") and e.key != "@chunk"), key=lambda e: -e.cpu_time_total):
+    for e in sorted(
+        (e for e in events if e.key.startswith("@") and e.key != "@chunk"), key=lambda e: -e.cpu_time_total
+    ):
         print(f"  {e.key[1:]:<40} {e.cpu_time_total / whole:6.1%}")
-    ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[:args.top]
+    ops = sorted((e for e in events if not e.key.startswith("@")), key=lambda e: -e.self_cpu_time_total)[: args.top]
     for e in ops:
         print(f"  aten {e.key:<50} {e.self_cpu_time_total / whole:6.1%}  x{e.count // args.repeats}")
 
@@ -146,14 +159,18 @@ def compare_kernel(read, args, tile: int, kernel: str) -> None:
     finally:
         setattr(owner, attr, original)
         os.environ.pop(env, None)
-    print(f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, "
-          f"{args.threads} thread(s), row tile {tile}; {args.repeats} reads each, alternating")
+    print(
+        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, "
+        f"{args.threads} thread(s), row tile {tile}; {args.repeats} reads each, alternating"
+    )
     print(f"| chunk of {args.chunk} at {args.start} | chunk, median ms | {calls_label}, median ms |\n|---|---:|---:|")
     for name in took:
         print(f"| {name} | {statistics.median(took[name]) * 1e3:.1f} | {statistics.median(calls[name]) * 1e3:.1f} |")
     ratio = statistics.median(took["native"]) / statistics.median(took[aten])
-    print(f"native / {aten}, the chunk: {ratio:.2f}; the calls: "
-          f"{statistics.median(calls['native']) / statistics.median(calls[aten]):.2f}")
+    print(
+        f"native / {aten}, the chunk: {ratio:.2f}; the calls: "
+        f"{statistics.median(calls['native']) / statistics.median(calls[aten]):.2f}"
+    )
 
 
 if __name__ == "__main__":

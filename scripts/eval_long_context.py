@@ -10,6 +10,7 @@ places), so a difference between rows is the context's doing, not the text's. Pr
 
   .venv/bin/python scripts/eval_long_context.py --contexts 2048,8192,32768,65536
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,9 @@ from train_tiny_moe import corpus_files, framed, is_heldout  # noqa: E402
 
 
 @torch.inference_mode()
-def score_window(model, config, window: torch.Tensor, score: int, chunk: int, greedy: int) -> tuple[float, list[float], list[float]]:
+def score_window(
+    model, config, window: torch.Tensor, score: int, chunk: int, greedy: int
+) -> tuple[float, list[float], list[float]]:
     """window [N+1] ids -> (bits per byte over its last `score` predictions, their top-1 minus top-2 margins,
     the margins of `greedy` tokens generated after the whole window)."""
     length = len(window) - 1
@@ -87,27 +90,45 @@ def main() -> None:
         if n > config.max_position_embeddings:
             sys.exit(f"--contexts {n} exceeds the model's max_position_embeddings ({config.max_position_embeddings})")
         t0 = time.perf_counter()
-        results = [score_window(model, config, val[end - n - 1 : end], min(args.score, n), args.chunk, args.greedy)
-                   for end in ends]
+        results = [
+            score_window(model, config, val[end - n - 1 : end], min(args.score, n), args.chunk, args.greedy)
+            for end in ends
+        ]
         margins = [m for _, ms, _ in results for m in ms]
         greedy = [m for _, _, gs in results for m in gs]
-        row = {"context": n, "bits_per_byte": statistics.fmean(b for b, _, _ in results),
-               "greedy_margin_median": statistics.median(greedy), "greedy_margin_min": min(greedy),
-               "greedy_steps": len(greedy),
-               "margin_median": statistics.median(margins), "margin_min": min(margins),
-               "share_margin_below_0.1": sum(m < 0.1 for m in margins) / len(margins),
-               "scored_bytes": len(margins), "seconds": time.perf_counter() - t0}
+        row = {
+            "context": n,
+            "bits_per_byte": statistics.fmean(b for b, _, _ in results),
+            "greedy_margin_median": statistics.median(greedy),
+            "greedy_margin_min": min(greedy),
+            "greedy_steps": len(greedy),
+            "margin_median": statistics.median(margins),
+            "margin_min": min(margins),
+            "share_margin_below_0.1": sum(m < 0.1 for m in margins) / len(margins),
+            "scored_bytes": len(margins),
+            "seconds": time.perf_counter() - t0,
+        }
         rows.append(row)
-        print(f"context {n}: {row['bits_per_byte']:.3f} bits/byte, margin median {row['margin_median']:.2f} "
-              f"(min {row['margin_min']:.4f}), {row['seconds']:.0f} s", file=sys.stderr, flush=True)
-    print(f"| context | held-out bits/byte (last {args.score} bytes of {args.windows} windows) | top-2 margin median "
-          f"| min | share < 0.1 | greedy top-2 margin median ({args.greedy} tokens x {args.windows}) | greedy min |")
+        print(
+            f"context {n}: {row['bits_per_byte']:.3f} bits/byte, margin median {row['margin_median']:.2f} "
+            f"(min {row['margin_min']:.4f}), {row['seconds']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"| context | held-out bits/byte (last {args.score} bytes of {args.windows} windows) | top-2 margin median "
+        f"| min | share < 0.1 | greedy top-2 margin median ({args.greedy} tokens x {args.windows}) | greedy min |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['context']:,} | {r['bits_per_byte']:.3f} | {r['margin_median']:.2f} | {r['margin_min']:.4f} | "
-              f"{r['share_margin_below_0.1']:.1%} | {r['greedy_margin_median']:.2f} | {r['greedy_margin_min']:.4f} |")
+        print(
+            f"| {r['context']:,} | {r['bits_per_byte']:.3f} | {r['margin_median']:.2f} | {r['margin_min']:.4f} | "
+            f"{r['share_margin_below_0.1']:.1%} | {r['greedy_margin_median']:.2f} | {r['greedy_margin_min']:.4f} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"model": args.model, "args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps({"model": args.model, "args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ otherwise the next seed attempt is tried and the one used is recorded.
 
     .venv/bin/python scripts/make_independent_answers.py            # writes strata_verify/golden/independent-tiny-moe.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def load(model_dir: Path):
     import transformers
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager",
-                                                 experts_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
     return model, transformers.__version__
 
 
@@ -63,10 +65,14 @@ def greedy(model, ids: list[int], tokens: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=MODEL, help="HF checkpoint directory (config.json + model.safetensors)")
+    parser.add_argument(
+        "--model", type=Path, default=MODEL, help="HF checkpoint directory (config.json + model.safetensors)"
+    )
     parser.add_argument("--out", type=Path, default=GOLDEN)
     parser.add_argument("--tokens", type=int, default=32, help="greedy tokens per answer")
-    parser.add_argument("--min-margin", type=float, default=0.02, help="smallest top-2 margin (nats) a kept answer may have")
+    parser.add_argument(
+        "--min-margin", type=float, default=0.02, help="smallest top-2 margin (nats) a kept answer may have"
+    )
     parser.add_argument("--attempts", type=int, default=20, help="seed attempts per prompt before giving up")
     args = parser.parse_args()
     if args.tokens < 1 or args.min_margin < 0 or args.attempts < 1:
@@ -82,26 +88,45 @@ def main() -> None:
             started = time.monotonic()
             ids = prompt_ids(name, length, vocab, eos, attempt)
             made = greedy(model, ids, args.tokens)
-            print(f"{name}: attempt {attempt}, {length} prompt tokens, min margin {made['min_margin']:.4f}, "
-                  f"{time.monotonic() - started:.1f} s", file=sys.stderr)
+            print(
+                f"{name}: attempt {attempt}, {length} prompt tokens, min margin {made['min_margin']:.4f}, "
+                f"{time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+            )
             if made["min_margin"] >= args.min_margin:
                 break
         else:
             sys.exit(f"{name}: no attempt in {args.attempts} has every margin >= {args.min_margin}")
-        answers.append({"name": name, "prompt_tokens": length, "attempt": attempt, "prompt_sha256": answer_hash(ids),
-                        "sha256": answer_hash(made["token_ids"]), "tokens": args.tokens, **made})
+        answers.append(
+            {
+                "name": name,
+                "prompt_tokens": length,
+                "attempt": attempt,
+                "prompt_sha256": answer_hash(ids),
+                "sha256": answer_hash(made["token_ids"]),
+                "tokens": args.tokens,
+                **made,
+            }
+        )
     manifest = {
         "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "made_by": {"implementation": f"transformers {version} {type(model).__name__}", "dtype": "float64",
-                    "attention": "eager", "experts": "eager",
-                    "method": "prompt in one forward call, then greedy tokens on transformers' KV cache",
-                    "weights": str(args.model / "model.safetensors").replace(str(REPO) + "/", ""),
-                    "weights_sha256": weights,
-                    "config_sha256": hashlib.sha256((args.model / "config.json").read_bytes()).hexdigest(),
-                    "torch": torch.__version__,
-                    "command": "python scripts/make_independent_answers.py " + " ".join(sys.argv[1:])},
-        "vocab_size": vocab, "eos_token_id": eos, "max_tokens": args.tokens, "min_margin": args.min_margin,
+        "made_by": {
+            "implementation": f"transformers {version} {type(model).__name__}",
+            "dtype": "float64",
+            "attention": "eager",
+            "experts": "eager",
+            "method": "prompt in one forward call, then greedy tokens on transformers' KV cache",
+            "weights": str(args.model / "model.safetensors").replace(str(REPO) + "/", ""),
+            "weights_sha256": weights,
+            "config_sha256": hashlib.sha256((args.model / "config.json").read_bytes()).hexdigest(),
+            "torch": torch.__version__,
+            "command": "python scripts/make_independent_answers.py " + " ".join(sys.argv[1:]),
+        },
+        "vocab_size": vocab,
+        "eos_token_id": eos,
+        "max_tokens": args.tokens,
+        "min_margin": args.min_margin,
         "answers": answers,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ model.safetensors (float16), README.md with held-out bits per byte, margins, sam
 
   .venv/bin/python scripts/train_tiny_moe.py --out strata_engine/models/strata-tiny-moe --steps 1500
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,11 @@ from strata_engine.model.weights import hf_config_dict, load_model, save_hf_weig
 SHIPPED = Path(__file__).resolve().parent.parent / "strata_engine" / "models" / "strata-tiny-moe"
 
 BOS, EOS = 256, 257
-SAMPLE_PROMPTS = ["def fibonacci(n):\n", "import os\nimport sys\n\n\nclass ", "    def __init__(self, name, value=None):\n        self."]
+SAMPLE_PROMPTS = [
+    "def fibonacci(n):\n",
+    "import os\nimport sys\n\n\nclass ",
+    "    def __init__(self, name, value=None):\n        self.",
+]
 
 
 def corpus_files() -> list[Path]:
@@ -87,8 +92,9 @@ def train_forward(model: Transformer, tokens: torch.Tensor) -> tuple[torch.Tenso
         mask = (distance >= 0) & (distance < window)
     for block in model.layers:
         q, k, v = block.self_attn.project(block.input_layernorm(h), positions)
-        h = h + block.self_attn.output(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                                                      enable_gqa=True))
+        h = h + block.self_attn.output(
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+        )
         if isinstance(block.mlp, MoE):
             # Switch-style balance: experts_count * sum_e (share of tokens routed to e) * (mean router prob of e)
             x = block.post_attention_layernorm(h).reshape(batch * seq, -1)
@@ -141,13 +147,29 @@ def greedy_report(model: Transformer, config: ModelConfig, new_tokens: int) -> t
     return samples, margins
 
 
-def model_card(args, config, params, active, train_bytes, val_bytes, files, bpb_fp32, bpb_saved, bpb_long, samples, margins, seconds) -> str:
+def model_card(
+    args,
+    config,
+    params,
+    active,
+    train_bytes,
+    val_bytes,
+    files,
+    bpb_fp32,
+    bpb_saved,
+    bpb_long,
+    samples,
+    margins,
+    seconds,
+) -> str:
     margins_sorted = sorted(margins)
     frac = lambda t: sum(m > t for m in margins) / len(margins)  # noqa: E731
     lines = [
-        "# strata-tiny-moe", "",
+        "# strata-tiny-moe",
+        "",
         "A byte-level Mixture-of-Experts language model (qwen3_moe architecture) trained on CPU on the Python",
-        "standard library's own source, shipped inside strata_engine as the engine's default model.", "",
+        "standard library's own source, shipped inside strata_engine as the engine's default model.",
+        "",
         f"- architecture: {config.architecture}, {config.num_layers} layers, hidden {config.hidden_size}, "
         f"{config.num_heads} heads / {config.num_kv_heads} kv heads (head_dim {config.head_dim}), "
         f"{config.num_experts} experts top-{config.num_experts_per_tok} (expert width {config.moe_intermediate_size}), "
@@ -165,7 +187,15 @@ def model_card(args, config, params, active, train_bytes, val_bytes, files, bpb_
         f"before rounding); {bpb_long:.3f} over {args.long_seq_len}-byte windows",
         f"- greedy top-1 minus top-2 logit margin over {len(margins)} sample steps: median {margins_sorted[len(margins) // 2]:.2f}, "
         f"min {margins_sorted[0]:.3f}; share above 0.1: {frac(0.1):.1%}, above 1.0: {frac(1.0):.1%}",
-        "", "Command:", "", "```", "python " + " ".join(sys.argv), "```", "", "Greedy samples (inference path, KV cache):", "",
+        "",
+        "Command:",
+        "",
+        "```",
+        "python " + " ".join(sys.argv),
+        "```",
+        "",
+        "Greedy samples (inference path, KV cache):",
+        "",
     ]
     for sample in samples:
         lines += ["```python", sample, "```", ""]
@@ -179,8 +209,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--long-seq-len", type=int, default=2048, help="sequence length of the final phase (long-prompt positions)")
-    p.add_argument("--long-fraction", type=float, default=0.15, help="share of the steps trained at --long-seq-len, same bytes per step")
+    p.add_argument(
+        "--long-seq-len", type=int, default=2048, help="sequence length of the final phase (long-prompt positions)"
+    )
+    p.add_argument(
+        "--long-fraction",
+        type=float,
+        default=0.15,
+        help="share of the steps trained at --long-seq-len, same bytes per step",
+    )
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
@@ -189,17 +226,29 @@ def main() -> None:
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--moe-intermediate", type=int, default=128)
-    p.add_argument("--max-positions", type=int, default=131072,
-                   help="positions the config declares; with a sliding window every query sees at most that many "
-                        "keys, so positions past the training windows stay in the trained regime")
-    p.add_argument("--sliding-window", type=int, default=1024,
-                   help="attention span of every layer (qwen3_moe use_sliding_window); 0 = full causal attention")
+    p.add_argument(
+        "--max-positions",
+        type=int,
+        default=131072,
+        help="positions the config declares; with a sliding window every query sees at most that many "
+        "keys, so positions past the training windows stay in the trained regime",
+    )
+    p.add_argument(
+        "--sliding-window",
+        type=int,
+        default=1024,
+        help="attention span of every layer (qwen3_moe use_sliding_window); 0 = full causal attention",
+    )
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--holdout-every", type=int, default=20)
     p.add_argument("--eval-windows", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--time-budget-min", type=float, default=0.0,
-                   help="if > 0, the schedule also follows wall time: progress = max(step/steps, elapsed/budget), stop at 1")
+    p.add_argument(
+        "--time-budget-min",
+        type=float,
+        default=0.0,
+        help="if > 0, the schedule also follows wall time: progress = max(step/steps, elapsed/budget), stop at 1",
+    )
     args = p.parse_args()
     if args.layers % 2:
         p.error("--layers must be even (the engine splits the model in two stages)")
@@ -210,14 +259,31 @@ def main() -> None:
     train_files = [f for f in files if not is_heldout(f, args.holdout_every)]
     val_files = [f for f in files if is_heldout(f, args.holdout_every)]
     train, val = framed(train_files), framed(val_files)
-    print(f"corpus: {len(train_files)} train files ({len(train):,} bytes), {len(val_files)} held out ({len(val):,} bytes)", flush=True)
+    print(
+        f"corpus: {len(train_files)} train files ({len(train):,} bytes), {len(val_files)} held out ({len(val):,} bytes)",
+        flush=True,
+    )
 
     config = ModelConfig(
-        architecture="qwen3_moe", vocab_size=258, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-        num_kv_heads=args.kv_heads, head_dim=args.hidden // args.heads, intermediate_size=4 * args.hidden,
-        rms_norm_eps=1e-6, rope_theta=args.rope_theta, max_position_embeddings=args.max_positions, num_experts=args.experts,
-        num_experts_per_tok=args.top_k, moe_intermediate_size=args.moe_intermediate, norm_topk_prob=True, qk_norm=True,
-        moe_layers=tuple(range(args.layers)), bos_token_id=BOS, eos_token_id=EOS,
+        architecture="qwen3_moe",
+        vocab_size=258,
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads,
+        intermediate_size=4 * args.hidden,
+        rms_norm_eps=1e-6,
+        rope_theta=args.rope_theta,
+        max_position_embeddings=args.max_positions,
+        num_experts=args.experts,
+        num_experts_per_tok=args.top_k,
+        moe_intermediate_size=args.moe_intermediate,
+        norm_topk_prob=True,
+        qk_norm=True,
+        moe_layers=tuple(range(args.layers)),
+        bos_token_id=BOS,
+        eos_token_id=EOS,
         sliding_window=args.sliding_window or None,
     )
     model = Transformer(config)
@@ -229,7 +295,11 @@ def main() -> None:
 
     decay = [t for n, t in model.named_parameters() if t.dim() >= 2 and "embed" not in n]
     no_decay = [t for n, t in model.named_parameters() if t.dim() < 2 or "embed" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
     warmup = 0.05  # share of the run
 
     def schedule(progress: float) -> float:
@@ -260,8 +330,11 @@ def main() -> None:
         steps_run = step + 1
         if step % 50 == 0 or step == args.steps - 1:
             elapsed = time.time() - started
-            print(f"step {step:5d}  loss {loss.item():.3f} ({loss.item() / math.log(2):.3f} bits)  balance {balance.item():.3f}  "
-                  f"{elapsed / 60:.1f} min  {elapsed / (step + 1):.2f} s/step", flush=True)
+            print(
+                f"step {step:5d}  loss {loss.item():.3f} ({loss.item() / math.log(2):.3f} bits)  balance {balance.item():.3f}  "
+                f"{elapsed / 60:.1f} min  {elapsed / (step + 1):.2f} s/step",
+                flush=True,
+            )
     seconds = time.time() - started
     args.steps_run = steps_run
     model.eval()
@@ -279,7 +352,21 @@ def main() -> None:
     saved, _ = load_model(args.out)  # the shipped weights, through the real loader, in fp32
     bpb_saved = heldout_bpb(saved, val, args.seq_len, args.eval_windows)
     samples, margins = greedy_report(saved, config, 160)
-    card = model_card(args, config, params, active, len(train), len(val), files, bpb_fp32, bpb_saved, bpb_long, samples, margins, seconds)
+    card = model_card(
+        args,
+        config,
+        params,
+        active,
+        len(train),
+        len(val),
+        files,
+        bpb_fp32,
+        bpb_saved,
+        bpb_long,
+        samples,
+        margins,
+        seconds,
+    )
     (args.out / "README.md").write_text(card)
     print(card, flush=True)
 

@@ -4,6 +4,7 @@
 The launcher appends `--host 127.0.0.1 --port P` to a command unless the command contains `{port}`.
 One arm measures one server; two or more compare.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,9 @@ class Arm:
         if self.url is not None:
             parsed = urlparse(self.url)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
-                raise ArmError(f"arm {self.name!r}: @{self.url} is not an http(s) URL; write NAME=@http://127.0.0.1:8000")
+                raise ArmError(
+                    f"arm {self.name!r}: @{self.url} is not an http(s) URL; write NAME=@http://127.0.0.1:8000"
+                )
             object.__setattr__(self, "url", self.url.rstrip("/"))
 
     @property
@@ -92,8 +95,10 @@ def parse_arm(text: str) -> Arm:
 def parse_arms(texts: list[str] | tuple[str, ...]) -> list[Arm]:
     arms = [parse_arm(t) for t in texts]
     if not arms:
-        raise ArmError("give --arm NAME=COMMAND (an engine started per run) or --arm NAME=@URL (a running server); "
-                       "one arm measures one server, two or more compare")
+        raise ArmError(
+            "give --arm NAME=COMMAND (an engine started per run) or --arm NAME=@URL (a running server); "
+            "one arm measures one server, two or more compare"
+        )
     names = [a.name for a in arms]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

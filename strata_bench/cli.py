@@ -4,6 +4,7 @@ Subcommands: run, report, plot, preset, demo, scenarios; each a small function o
 report.py + tables.py and plot.py. Bad input (an unknown scenario, a malformed arm, an unreachable URL,
 a directory that holds another bench) is a click.UsageError, exit 2, before anything runs.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -29,13 +30,45 @@ def bench_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by run, preset and demo."""
     options = [
         click.option("--repeat", type=click.IntRange(min=1), help="rounds: every arm runs every scenario once a round"),
-        click.option("--scale", type=click.FloatRange(min=0, min_open=True), help="multiply every length and delay (prompts, streams' decode, joiners' delays)"),
-        click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="bench directory (default bench-out/NAME-DATE)"),
+        click.option(
+            "--scale",
+            type=click.FloatRange(min=0, min_open=True),
+            help="multiply every length and delay (prompts, streams' decode, joiners' delays)",
+        ),
+        click.option(
+            "--out",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="bench directory (default bench-out/NAME-DATE)",
+        ),
         click.option("--resume", is_flag=True, help="continue an interrupted bench in --out: run only what is missing"),
-        click.option("--pause-threshold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="seconds; gaps strictly over it count as pauses"),
-        click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True, help="seconds an engine may take to answer /health"),
-        click.option("--run-timeout", type=click.FloatRange(min=0, min_open=True), default=3600.0, show_default=True, help="seconds one run may take before it is recorded as failed"),
-        click.option("--stop-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True, help="seconds between SIGTERM and SIGKILL when stopping an engine"),
+        click.option(
+            "--pause-threshold",
+            type=click.FloatRange(min=0),
+            default=0.5,
+            show_default=True,
+            help="seconds; gaps strictly over it count as pauses",
+        ),
+        click.option(
+            "--health-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=300.0,
+            show_default=True,
+            help="seconds an engine may take to answer /health",
+        ),
+        click.option(
+            "--run-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=3600.0,
+            show_default=True,
+            help="seconds one run may take before it is recorded as failed",
+        ),
+        click.option(
+            "--stop-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=10.0,
+            show_default=True,
+            help="seconds between SIGTERM and SIGKILL when stopping an engine",
+        ),
         click.option("--quiet", is_flag=True, help="no progress lines on stderr"),
         click.option("--no-report", is_flag=True, help="do not print the report when the bench ends"),
     ]
@@ -48,14 +81,40 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--arm", "arm_texts", multiple=True, metavar="NAME=COMMAND|NAME=@URL", help="an arm (one measures a server, two or more compare); COMMAND gets --host/--port appended unless it contains {port}")
-@click.option("--scenarios", "scenario_list", help="comma-separated names or .json paths (default: two_joiners,followup,read_alone)")
-@click.option("--preset", help="take arms, scenarios, rounds and scale from a preset (see `strata-bench preset --list`)")
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), help="modelled seconds per wall second of sim engines: delays divided, times reported modelled")
-@click.option("--cold-per-arm", is_flag=True, help="prompts differ per arm too (for URL arms whose server caches prefixes); disables the token check")
+@click.option(
+    "--arm",
+    "arm_texts",
+    multiple=True,
+    metavar="NAME=COMMAND|NAME=@URL",
+    help="an arm (one measures a server, two or more compare); COMMAND gets --host/--port appended unless it contains {port}",
+)
+@click.option(
+    "--scenarios",
+    "scenario_list",
+    help="comma-separated names or .json paths (default: two_joiners,followup,read_alone)",
+)
+@click.option(
+    "--preset", help="take arms, scenarios, rounds and scale from a preset (see `strata-bench preset --list`)"
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    help="modelled seconds per wall second of sim engines: delays divided, times reported modelled",
+)
+@click.option(
+    "--cold-per-arm",
+    is_flag=True,
+    help="prompts differ per arm too (for URL arms whose server caches prefixes); disables the token check",
+)
 @bench_options
-def run(arm_texts: tuple[str, ...], scenario_list: str | None, preset: str | None, time_scale: float | None,
-        cold_per_arm: bool, **opts: Any) -> None:
+def run(
+    arm_texts: tuple[str, ...],
+    scenario_list: str | None,
+    preset: str | None,
+    time_scale: float | None,
+    cold_per_arm: bool,
+    **opts: Any,
+) -> None:
     """Run every arm on every scenario, --repeat rounds, a fresh engine per run; JSON in --out."""
     if opts["resume"] and not arm_texts and not preset and opts["out"] is not None:
         config = _resumed_config(opts["out"])
@@ -67,7 +126,11 @@ def run(arm_texts: tuple[str, ...], scenario_list: str | None, preset: str | Non
 @main.command()
 @click.argument("name", required=False)
 @click.option("--list", "list_only", is_flag=True, help="list the presets")
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), help="run the simulated engine this many times faster than modelled time")
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    help="run the simulated engine this many times faster than modelled time",
+)
 @click.option("--scenarios", "scenario_list", help="a subset of the preset's scenarios")
 @bench_options
 def preset(name: str | None, list_only: bool, time_scale: float | None, scenario_list: str | None, **opts: Any) -> None:
@@ -75,8 +138,10 @@ def preset(name: str | None, list_only: bool, time_scale: float | None, scenario
     if list_only or not name:
         for key in available_presets():
             p = load_preset(key)
-            click.echo(f"{key}: {p.description}\n  arms: {', '.join(a for a, _ in p.arms)}; scenarios: "
-                       f"{', '.join(p.scenarios)}; repeat {p.repeat}; scale {p.scale:g}")
+            click.echo(
+                f"{key}: {p.description}\n  arms: {', '.join(a for a, _ in p.arms)}; scenarios: "
+                f"{', '.join(p.scenarios)}; repeat {p.repeat}; scale {p.scale:g}"
+            )
         return
     sys.exit(_execute(_config((), scenario_list, name, time_scale, False, opts), opts))
 
@@ -94,23 +159,29 @@ def demo(**opts: Any) -> None:
 
     click.echo(render(build_report(results), "md"))
     paths = [p for p in plot_dir(results) if p.name.endswith("-arms.png")]
-    click.echo("Timelines (arms stacked, per round): " + (", ".join(str(p) for p in paths) or "none (no run succeeded)"))
+    click.echo(
+        "Timelines (arms stacked, per round): " + (", ".join(str(p) for p in paths) or "none (no run succeeded)")
+    )
     sys.exit(code)
 
 
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md", show_default=True)
-@click.option("--pause-threshold", type=click.FloatRange(min=0), help="recompute with another threshold (default: the bench's)")
+@click.option(
+    "--pause-threshold", type=click.FloatRange(min=0), help="recompute with another threshold (default: the bench's)"
+)
 @click.option("--baseline", help="the arm the others are compared with (default: the first)")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="write here instead of stdout")
 @click.option("--seed", type=int, default=0, show_default=True, help="bootstrap seed")
-def report(directory: Path, fmt: str, pause_threshold: float | None, baseline: str | None, output: Path | None,
-           seed: int) -> None:
+def report(
+    directory: Path, fmt: str, pause_threshold: float | None, baseline: str | None, output: Path | None, seed: int
+) -> None:
     """Tables from a bench directory's JSON alone: median (min-max) per metric and arm, pair counts, p-values."""
     try:
-        text = render(build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline,
-                                   seed=seed), fmt)
+        text = render(
+            build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline, seed=seed), fmt
+        )
     except (ResultsError, ReportError) as exc:
         raise click.UsageError(str(exc)) from None
     if output:
@@ -122,7 +193,9 @@ def report(directory: Path, fmt: str, pause_threshold: float | None, baseline: s
 
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="where the PNGs go (default DIRECTORY/plots)")
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), help="where the PNGs go (default DIRECTORY/plots)"
+)
 @click.option("--run", "only", help="only runs whose id contains this")
 @click.option("--pause-threshold", type=click.FloatRange(min=0), help="mark gaps over this (default: the bench's)")
 def plot(directory: Path, out: Path | None, only: str | None, pause_threshold: float | None) -> None:
@@ -153,8 +226,14 @@ def list_scenarios() -> None:
         click.echo(f"{name}: {s.description}")
 
 
-def _config(arm_texts: tuple[str, ...], scenario_list: str | None, preset_name: str | None,
-            time_scale: float | None, cold_per_arm: bool, opts: dict[str, Any]) -> BenchConfig:
+def _config(
+    arm_texts: tuple[str, ...],
+    scenario_list: str | None,
+    preset_name: str | None,
+    time_scale: float | None,
+    cold_per_arm: bool,
+    opts: dict[str, Any],
+) -> BenchConfig:
     """Validate everything up front: a bad arm, scenario, preset or URL stops here (exit 2)."""
     try:
         repeat, scale, ts = opts["repeat"], opts["scale"], time_scale
@@ -174,10 +253,19 @@ def _config(arm_texts: tuple[str, ...], scenario_list: str | None, preset_name: 
         for arm in arms:
             if arm.is_url:
                 check_url(arm.url, arm.label)
-        config = BenchConfig(arms=tuple(arms), scenarios=tuple(scenarios), repeat=repeat or 1, scale=scale,
-                             time_scale=ts or 1.0, pause_threshold_s=opts["pause_threshold"],
-                             health_timeout_s=opts["health_timeout"], run_timeout_s=opts["run_timeout"],
-                             stop_timeout_s=opts["stop_timeout"], cold_per_arm=cold_per_arm, preset=preset_name)
+        config = BenchConfig(
+            arms=tuple(arms),
+            scenarios=tuple(scenarios),
+            repeat=repeat or 1,
+            scale=scale,
+            time_scale=ts or 1.0,
+            pause_threshold_s=opts["pause_threshold"],
+            health_timeout_s=opts["health_timeout"],
+            run_timeout_s=opts["run_timeout"],
+            stop_timeout_s=opts["stop_timeout"],
+            cold_per_arm=cold_per_arm,
+            preset=preset_name,
+        )
     except (ArmError, ScenarioError, PresetError, LaunchError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if opts["out"] is None:
@@ -209,8 +297,10 @@ def _execute(config: BenchConfig, opts: dict[str, Any]) -> int:
     try:
         counts = run_bench(config, results, meta, progress)
     except KeyboardInterrupt:
-        progress.message(f"interrupted: finished runs are saved in {results.path}; continue with "
-                         f"`strata-bench run --resume --out {results.path}`")
+        progress.message(
+            f"interrupted: finished runs are saved in {results.path}; continue with "
+            f"`strata-bench run --resume --out {results.path}`"
+        )
         return 130
     report = build_report(results)
     text = render(report, "md")
@@ -218,11 +308,15 @@ def _execute(config: BenchConfig, opts: dict[str, Any]) -> int:
     if not opts["no_report"]:
         click.echo(text)
     missed = f"{counts['missed']} missed the join (left out of the medians), " if counts.get("missed") else ""
-    progress.message(f"done: {counts['ok']} ok, {counts['errors']} with request errors, {counts['failed']} failed, {missed}"
-                     f"{counts['skipped']} already there; report in {results.path / 'report.md'}")
+    progress.message(
+        f"done: {counts['ok']} ok, {counts['errors']} with request errors, {counts['failed']} failed, {missed}"
+        f"{counts['skipped']} already there; report in {results.path / 'report.md'}"
+    )
     failed_arms = sorted({arm for sc in report["scenarios"] for arm in sc["failed_arms"]})
     if failed_arms:
-        progress.message(f"FAILED arm(s): {', '.join(failed_arms)} (failed runs, request errors or serialised runs; "
-                         "see the report): exit 1")
+        progress.message(
+            f"FAILED arm(s): {', '.join(failed_arms)} (failed runs, request errors or serialised runs; "
+            "see the report): exit 1"
+        )
         return 1
     return 0

@@ -12,6 +12,7 @@ leaves it out of the medians. The run ends early, marked failed, if the engine p
 `run_timeout_s` passes; whatever was measured until then stays in the dict. A scenario of agent sessions
 (chains of dependent requests) is driven by sessions.py instead, with the same probes, feed and records.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,12 +62,19 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
             await _race(sessions.run(), exit_code, ctx.run_timeout_s)
         else:
             requests = _requests(url, ctx, info, run["warnings"])
-            results = [StreamResult(name=s.name, role=s.role, request_id=f"{ctx.run_id}-{s.name}", prompt_tokens=length,
-                                    prompt_sha256=digest, max_tokens=max_tokens)
-                       for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)]
+            results = [
+                StreamResult(
+                    name=s.name,
+                    role=s.role,
+                    request_id=f"{ctx.run_id}-{s.name}",
+                    prompt_tokens=length,
+                    prompt_sha256=digest,
+                    max_tokens=max_tokens,
+                )
+                for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)
+            ]
             origin = time.perf_counter()
-            await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code,
-                        ctx.run_timeout_s)
+            await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code, ctx.run_timeout_s)
         run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
         missed = missed_join(results)
         if run["status"] == "ok" and missed:
@@ -114,8 +122,10 @@ def _serialised(results: list[StreamResult]) -> list[str]:
     spans = sorted((r.times[0], r.times[-1]) for r in results if r.times and r.role == "stream")
     if len(spans) < 2 or any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
         return []
-    return ["serialised: the server ran the streams one at a time (no stream received a token while another "
-            "was streaming): the run measures a queue, not interleaving"]
+    return [
+        "serialised: the server ran the streams one at a time (no stream received a token while another "
+        "was streaming): the run measures a queue, not interleaving"
+    ]
 
 
 def missed_join(results: list[StreamResult]) -> str | None:
@@ -131,8 +141,10 @@ def missed_join(results: list[StreamResult]) -> str | None:
     if not ended:
         return None
     names = ", ".join(f"{r.name} ({len(r.times)} tokens)" for r in ended)
-    return (f"the joiners did not arrive while the streams decode: {names} ended before the last joiner's first "
-            f"token (at most max_tokens, or the server's context, reached first); nothing of the join was measured")
+    return (
+        f"the joiners did not arrive while the streams decode: {names} ended before the last joiner's first "
+        f"token (at most max_tokens, or the server's context, reached first); nothing of the join was measured"
+    )
 
 
 def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str, int, int]]:
@@ -141,8 +153,10 @@ def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) 
     max_tokens after fitting the server's context."""
     scenario, family = ctx.scenario, info.family
     if info.slots is not None and len(scenario.requests) > info.slots:
-        warnings.append(f"scenario {scenario.name} sends {len(scenario.requests)} requests, the server has "
-                        f"{info.slots} slots: some wait for a slot")
+        warnings.append(
+            f"scenario {scenario.name} sends {len(scenario.requests)} requests, the server has "
+            f"{info.slots} slots: some wait for a slot"
+        )
     out = []
     for spec in scenario.requests:
         seed = prompt_seed(*ctx.prompt_key, spec.name)
@@ -152,12 +166,20 @@ def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) 
         else:
             prompt, length = sized_text_prompt(seed, spec.prompt_tokens, lambda text: count_tokens(url, info, text))
             if length is None:
-                warnings.append(f"request {spec.name}: {info.family.label} cannot count tokens, so the text prompt is "
-                                f"about {spec.prompt_tokens} words, not a measured {spec.prompt_tokens} tokens")
+                warnings.append(
+                    f"request {spec.name}: {info.family.label} cannot count tokens, so the text prompt is "
+                    f"about {spec.prompt_tokens} words, not a measured {spec.prompt_tokens} tokens"
+                )
         max_tokens = _fit(spec, length or spec.prompt_tokens, info, warnings, closed=bool(scenario.joiners))
         body = family.request_body(prompt, max_tokens, model=info.model)
-        out.append((json.dumps(body, separators=(",", ":")).encode(), prompt_digest(prompt),
-                    length or spec.prompt_tokens, max_tokens))
+        out.append(
+            (
+                json.dumps(body, separators=(",", ":")).encode(),
+                prompt_digest(prompt),
+                length or spec.prompt_tokens,
+                max_tokens,
+            )
+        )
     return out
 
 
@@ -167,8 +189,10 @@ def _fit(spec: RequestSpec, prompt_tokens: int, info: ServerInfo, warnings: list
     if info.ctx is None:
         return spec.max_tokens
     if prompt_tokens >= info.ctx:
-        raise RunFailed(f"request {spec.name}: a {prompt_tokens}-token prompt does not fit the server's context of "
-                        f"{info.ctx} tokens per request: lower --scale or raise the server's context")
+        raise RunFailed(
+            f"request {spec.name}: a {prompt_tokens}-token prompt does not fit the server's context of "
+            f"{info.ctx} tokens per request: lower --scale or raise the server's context"
+        )
     room = info.ctx - prompt_tokens
     if closed and spec.role == "stream":
         return room
@@ -177,8 +201,9 @@ def _fit(spec: RequestSpec, prompt_tokens: int, info: ServerInfo, warnings: list
     return min(spec.max_tokens, room)
 
 
-async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[bytes], results: list[StreamResult],
-                    run: dict[str, Any]) -> None:
+async def _scenario(
+    url: str, ctx: RunContext, info: ServerInfo, bodies: list[bytes], results: list[StreamResult], run: dict[str, Any]
+) -> None:
     scenario, wall = ctx.scenario, 1.0 / ctx.time_scale
     first_token = {r.name: asyncio.Event() for r in results}
     # A stream's scenario length: the least it decodes (it asked for the context's room, see _fit).
@@ -192,6 +217,7 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
                 first_token[result.name].set()
             if len(result.times) >= length:
                 at_length[result.name].set()
+
         return on_event
 
     async def send(i: int, delay_s: float) -> None:
@@ -199,8 +225,15 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
             await asyncio.sleep(delay_s)
         headers = family.headers(results[i].request_id)
         try:
-            await stream_completion(url, bodies[i], results[i], path=family.endpoint, wire=family.wire,
-                                    headers=headers, on_event=mark(results[i], scenario.requests[i].max_tokens))
+            await stream_completion(
+                url,
+                bodies[i],
+                results[i],
+                path=family.endpoint,
+                wire=family.wire,
+                headers=headers,
+                on_event=mark(results[i], scenario.requests[i].max_tokens),
+            )
         finally:
             first_token[results[i].name].set()  # an ended request no longer holds anyone up
 
@@ -215,16 +248,19 @@ async def _scenario(url: str, ctx: RunContext, info: ServerInfo, bodies: list[by
             await asyncio.sleep(scenario.settle_s * wall)
         anchor = time.perf_counter()
         run["anchor_at"] = anchor
-        joiners = [asyncio.create_task(send(i, scenario.requests[i].at_s * wall - (time.perf_counter() - anchor)))
-                   for i in joiner_idx]
+        joiners = [
+            asyncio.create_task(send(i, scenario.requests[i].at_s * wall - (time.perf_counter() - anchor)))
+            for i in joiner_idx
+        ]
         for i in joiner_idx:
             await first_token[results[i].name].wait()
         if streams and joiners:
             tail = scenario.stream_tail_s if scenario.stream_tail_s is not None else scenario.settle_s
             await asyncio.sleep(tail * wall)
             if scenario.stream_tail_s is None:  # each stream also decodes its scenario length, then closes
-                await asyncio.gather(*(_close_at(task, at_length[results[i].name])
-                                       for i, task in zip(stream_idx, streams)))
+                await asyncio.gather(
+                    *(_close_at(task, at_length[results[i].name]) for i, task in zip(stream_idx, streams))
+                )
             for task in streams:
                 task.cancel()
         await asyncio.gather(*joiners, *streams, return_exceptions=True)

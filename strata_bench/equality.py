@@ -6,6 +6,7 @@ fewer). The first difference names the round, scenario, request, index and both 
 prompts went in different forms (token ids to one server, text to another) are different prompts: they
 are not compared, and the check says so instead of flagging a difference.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -26,8 +27,10 @@ class TokenDiff:
     baseline_token: Any
 
     def describe(self) -> str:
-        return (f"round {self.round} {self.scenario} request {self.request}: {self.arm} differs from {self.baseline} "
-                f"at token {self.index} ({self.baseline}={self.baseline_token!r}, {self.arm}={self.arm_token!r})")
+        return (
+            f"round {self.round} {self.scenario} request {self.request}: {self.arm} differs from {self.baseline} "
+            f"at token {self.index} ({self.baseline}={self.baseline_token!r}, {self.arm}={self.arm_token!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,11 @@ class TokenCheck:
     def describe(self) -> str:
         skipped = ""
         if self.other_prompts:
-            skipped = (f" Not compared, because the prompts went in different forms: {self.other_prompts[0]}"
-                       + (f" (and {len(self.other_prompts) - 1} more)" if len(self.other_prompts) > 1 else "") + ".")
+            skipped = (
+                f" Not compared, because the prompts went in different forms: {self.other_prompts[0]}"
+                + (f" (and {len(self.other_prompts) - 1} more)" if len(self.other_prompts) > 1 else "")
+                + "."
+            )
         if self.compared_requests == 0:
             return "Greedy tokens: nothing to compare (no pair of arms has tokens for the same request)." + skipped
         return self._compared() + skipped
@@ -58,8 +64,10 @@ class TokenCheck:
             basis += f"; {self.without_ids} compared by text (no token ids)"
         if self.first_diff is None:
             return f"Greedy tokens: every arm gave the same tokens for the same requests ({basis})."
-        return (f"Greedy tokens DIFFER in {self.differing_requests} of {basis.split(',')[0]}; first: "
-                f"{self.first_diff.describe()}.")
+        return (
+            f"Greedy tokens DIFFER in {self.differing_requests} of {basis.split(',')[0]}; first: "
+            f"{self.first_diff.describe()}."
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -86,8 +94,10 @@ def check_tokens(runs: list[dict[str, Any]], arm_order: list[str]) -> TokenCheck
             mine, theirs = arms[arm].get("prompt_mode"), arms[base_name].get("prompt_mode")
             if mine and theirs and mine != theirs:
                 forms = {"ids": "token ids", "text": "text"}
-                other_prompts.append(f"round {round_index} {scenario}: {base_name} sent {forms.get(theirs, theirs)}, "
-                                     f"{arm} {forms.get(mine, mine)}")
+                other_prompts.append(
+                    f"round {round_index} {scenario}: {base_name} sent {forms.get(theirs, theirs)}, "
+                    f"{arm} {forms.get(mine, mine)}"
+                )
                 continue
             for req in arms[arm].get("requests", []):
                 other = base.get(req["name"])

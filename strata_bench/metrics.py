@@ -17,6 +17,7 @@ settle_s): the streams' own setup reads before it are not the join being measure
 - the engine's peak RSS in MB (1e6 bytes), where the bench launched it and sampled its process tree.
 Times in the JSON are wall seconds; a run made at `time_scale` T is reported in modelled seconds (x T).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,12 @@ import numpy as np
 from .session_metrics import DEFINITIONS as SESSION_DEFINITIONS, session_metrics, session_specs
 
 DEFAULT_PAUSE_THRESHOLD_S = 0.5
-EVENT_COUNTS = (("pieces", "PIECE", "read pieces"), ("lead_ins", "LEADIN", "lead-ins"),
-                ("give_ways", "YIELDED", "give-ways"), ("stops", "BSTOP", "stopped reads"))
+EVENT_COUNTS = (
+    ("pieces", "PIECE", "read pieces"),
+    ("lead_ins", "LEADIN", "lead-ins"),
+    ("give_ways", "YIELDED", "give-ways"),
+    ("stops", "BSTOP", "stopped reads"),
+)
 
 
 @dataclass(frozen=True)
@@ -44,27 +49,28 @@ DEFINITIONS = {
     "longest_pause_s": "longest pause of a stream: the largest gap between a stream's tokens after the anchor",
     "total_paused_s": "total time paused per stream: per stream the sum of its gaps over the threshold, mean over streams",
     "tokens_meanwhile": "tokens the streams got meanwhile: stream tokens from the first joiner's send to the last "
-                        "joiner's first token",
+    "joiner's first token",
     "ttft_s": "TTFT: a joiner's first token arrival minus its send time",
     "joiners_span_s": "the joiners' span: from the first joiner's send to the last joiner's first token (every "
-                      "joiner read, in whatever order)",
+    "joiner read, in whatever order)",
     "token_rate": "stream token rate after the anchor: tokens arriving after every stream decodes (+ settle_s) over "
-                  "(last token - anchor); not throughput, which counts every token over the whole run",
+    "(last token - anchor); not throughput, which counts every token over the whole run",
     "output_throughput": "output token throughput: every token of every request over the run (first send to "
-                         "last token), AIPerf's and vLLM's output throughput",
+    "last token), AIPerf's and vLLM's output throughput",
     "itl_ms": "inter-token latency (pooled gaps): percentiles of every gap between the streams' tokens after the "
-              "anchor, pooled (vLLM's ITL); not AIPerf's ITL, a per-request average",
+    "anchor, pooled (vLLM's ITL); not AIPerf's ITL, a per-request average",
     **SESSION_DEFINITIONS,
     "peak_rss_mb": "engine peak RSS: the largest sum of VmRSS over the launched engine's process tree (it and its "
-                   "children), sampled every 0.25 s from health to the run's end; only for engines the bench starts",
+    "children), sampled every 0.25 s from health to the run's end; only for engines the bench starts",
 }
 
 
 PEAK_RSS = MetricSpec("peak_rss_mb", "engine peak RSS (its process tree)", "MB", "lower")
 
 
-def metric_specs(scenario: dict[str, Any], has_events: bool, measured: dict[str, str] | None = None,
-                 has_rss: bool = False) -> list[MetricSpec]:
+def metric_specs(
+    scenario: dict[str, Any], has_events: bool, measured: dict[str, str] | None = None, has_rss: bool = False
+) -> list[MetricSpec]:
     """The report's rows for a scenario (its JSON dict), in the spec's order. `measured` names each
     joiner's prompt length as the servers counted it (e.g. "4096 tokens"), which the label then states;
     `has_rss`: some run sampled its engine's memory (a last row)."""
@@ -74,7 +80,9 @@ def metric_specs(scenario: dict[str, Any], has_events: bool, measured: dict[str,
     rss = [PEAK_RSS] if has_rss else []
     if any(r["role"] == "session" for r in requests):  # agent sessions: their own rows (session_metrics.py)
         specs = [MetricSpec(*row) for row in session_specs(scenario)]
-        return specs + ([MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS] if has_events else []) + rss
+        return (
+            specs + ([MetricSpec(key, label, "", None) for key, _, label in EVENT_COUNTS] if has_events else []) + rss
+        )
     if has_streams:
         specs += [
             MetricSpec("longest_pause_s", "longest pause of a stream", "s", "lower"),
@@ -126,8 +134,9 @@ def pause_gaps(request: dict[str, Any], scale: float = 1.0, since: float | None 
     return [(b - a) * scale for a, b in _spans(request, since, open_end=True)]
 
 
-def pauses_over(request: dict[str, Any], threshold_s: float, scale: float = 1.0,
-                since: float | None = None) -> list[tuple[float, float]]:
+def pauses_over(
+    request: dict[str, Any], threshold_s: float, scale: float = 1.0, since: float | None = None
+) -> list[tuple[float, float]]:
     """(start, end) in the run's wall seconds of every gap over the threshold: what the plot marks."""
     return [(a, b) for a, b in _spans(request, since, open_end=True) if (b - a) * scale > threshold_s]
 

@@ -3,6 +3,7 @@
 Within a round every scenario runs once per arm; a slow drift of the machine (heat, other load) then
 hits each arm equally often first and second.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,9 +30,4 @@ def run_plan(arms: list[str] | tuple[str, ...], scenarios: list[str] | tuple[str
     """Round-major plan: for each round, each scenario, the arms in that round's order."""
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
-    return [
-        RunKey(round=r, scenario=s, arm=a)
-        for r in range(repeat)
-        for s in scenarios
-        for a in arm_order(arms, r)
-    ]
+    return [RunKey(round=r, scenario=s, arm=a) for r in range(repeat) for s in scenarios for a in arm_order(arms, r)]

@@ -5,6 +5,7 @@ anchor, where the streams' own reads are setup, not measured); a joiner's read (
 shaded across the whole figure; a dashed line marks the anchor. Per scenario and round, one figure stacks the arms'
 timelines on a shared time axis, which is the picture a PR shows. matplotlib with the Agg backend.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,10 +29,17 @@ def _session_rows(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return requests
     rows: dict[str, dict[str, Any]] = {}
     for r in requests:
-        row = rows.setdefault(r.get("session") or r["name"], {
-            "name": r.get("session") or r["name"], "role": "joiner" if r.get("joined") else "stream",
-            "sent_at": r.get("sent_at"), "first_token_at": r.get("first_token_at"), "token_times": [],
-            "ended_by": "finished"})
+        row = rows.setdefault(
+            r.get("session") or r["name"],
+            {
+                "name": r.get("session") or r["name"],
+                "role": "joiner" if r.get("joined") else "stream",
+                "sent_at": r.get("sent_at"),
+                "first_token_at": r.get("first_token_at"),
+                "token_times": [],
+                "ended_by": "finished",
+            },
+        )
         row["token_times"] = sorted(row["token_times"] + list(r.get("token_times") or []))
         row["ended_at"], row["error"] = r.get("ended_at"), row.get("error") or r.get("error")
     return list(rows.values())
@@ -50,8 +58,14 @@ def draw_run(ax: Any, run: dict[str, Any], threshold_s: float) -> None:
         colour[joiner["name"]] = _JOINER_COLOURS[i % len(_JOINER_COLOURS)]
         start, first = joiner.get("sent_at"), joiner.get("first_token_at") or joiner.get("ended_at")
         if start is not None and first is not None:
-            ax.axvspan(start * scale, first * scale, color=colour[joiner["name"]], alpha=0.18, lw=0,
-                       label=f"{joiner['name']} read (sent → first token)")
+            ax.axvspan(
+                start * scale,
+                first * scale,
+                color=colour[joiner["name"]],
+                alpha=0.18,
+                lw=0,
+                label=f"{joiner['name']} read (sent → first token)",
+            )
     for y, req in enumerate(rows):
         times = [t * scale for t in req.get("token_times") or []]
         if times:
@@ -100,8 +114,9 @@ def plot_run(run: dict[str, Any], path: Path, threshold_s: float) -> Path:
 def plot_round(runs: list[dict[str, Any]], path: Path, threshold_s: float) -> Path:
     """One round of one scenario: the arms stacked, same time axis."""
     rows = max(1, max(len(r.get("requests") or []) for r in runs))
-    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
-                             figsize=(11, 0.8 + len(runs) * (0.9 + 0.35 * rows)))
+    fig, axes = plt.subplots(
+        len(runs), 1, sharex=True, squeeze=False, figsize=(11, 0.8 + len(runs) * (0.9 + 0.35 * rows))
+    )
     axes = [a for row in axes for a in row]
     for ax, run in zip(axes, runs):
         draw_run(ax, run, threshold_s)
@@ -109,8 +124,9 @@ def plot_round(runs: list[dict[str, Any]], path: Path, threshold_s: float) -> Pa
     return _finish(fig, axes, runs[0], threshold_s, path)
 
 
-def plot_dir(results: ResultsDir, out_dir: Path | None = None, *, threshold_s: float | None = None,
-             only: str | None = None) -> list[Path]:
+def plot_dir(
+    results: ResultsDir, out_dir: Path | None = None, *, threshold_s: float | None = None, only: str | None = None
+) -> list[Path]:
     """Every run's PNG plus one comparison PNG per scenario and round; `only` filters run ids by substring."""
     meta = results.read_meta()
     threshold = meta["config"].get("pause_threshold_s", 0.5) if threshold_s is None else threshold_s

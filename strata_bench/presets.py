@@ -10,6 +10,7 @@ model exported to GGUF, scripts/install_llama_cpp.sh), `{model_dir}` (the embedd
 `installed()` fills them in; an arm whose engine is not installed here is left out, with a line saying
 how to install it (the `engines` preset runs whatever is installed).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,10 +66,15 @@ class Preset:
             arms = data["arms"]
             if not isinstance(arms, dict) or len(arms) < 2:
                 raise PresetError(f"{source}: 'arms' must map two or more names to commands")
-            return cls(name=data["name"], description=data.get("description", ""),
-                       arms=tuple((str(k), str(v)) for k, v in arms.items()),
-                       scenarios=tuple(data["scenarios"]), repeat=int(data.get("repeat", 1)),
-                       scale=float(data.get("scale", 1.0)), time_scale=float(data.get("time_scale", 1.0)))
+            return cls(
+                name=data["name"],
+                description=data.get("description", ""),
+                arms=tuple((str(k), str(v)) for k, v in arms.items()),
+                scenarios=tuple(data["scenarios"]),
+                repeat=int(data.get("repeat", 1)),
+                scale=float(data.get("scale", 1.0)),
+                time_scale=float(data.get("time_scale", 1.0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, PresetError):
                 raise

@@ -3,6 +3,7 @@
 One line when a run starts and one when it ends; on a terminal the current line is also refreshed every
 second with the run's elapsed time. The ETA is the mean duration of the runs done so far times the runs left.
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,8 +51,10 @@ class Progress:
         self._label = f"[{index + 1}/{self.total}] {run_id} (arm {arm})"
         self._run_start = time.monotonic()
         eta = self.eta()
-        self._print(f"{self._label}: starting; elapsed {fmt_duration(time.monotonic() - self.started)}"
-                    + (f", ETA {fmt_duration(eta)}" if eta is not None else ""))
+        self._print(
+            f"{self._label}: starting; elapsed {fmt_duration(time.monotonic() - self.started)}"
+            + (f", ETA {fmt_duration(eta)}" if eta is not None else "")
+        )
         if self.live and not self.quiet:
             self._stop.clear()
             self._ticker = threading.Thread(target=self._tick, daemon=True)
@@ -65,8 +68,12 @@ class Progress:
         took = time.monotonic() - self._run_start
         self.durations.append(took)
         eta = self.eta()
-        self._print(f"{self._label}: {status} in {fmt_duration(took)}" + (f" ({detail})" if detail else "")
-                    + (f"; ETA {fmt_duration(eta)}" if eta else ""), clear=self.live)
+        self._print(
+            f"{self._label}: {status} in {fmt_duration(took)}"
+            + (f" ({detail})" if detail else "")
+            + (f"; ETA {fmt_duration(eta)}" if eta else ""),
+            clear=self.live,
+        )
 
     def message(self, text: str) -> None:
         self._print(text, clear=self.live)

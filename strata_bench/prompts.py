@@ -5,6 +5,7 @@ every bench directory gets prompts no prefix cache has seen. Token-id prompts ar
 vocabulary size with EOS left out; text prompts (servers without token-id input) are seeded random words,
 cut to the requested length in the server's own tokens when it can count them (a tokenize endpoint).
 """
+
 from __future__ import annotations
 
 import hashlib

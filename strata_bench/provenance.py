@@ -3,6 +3,7 @@
 Collected once per bench directory (meta.json); each run adds what its engine said about itself
 (GET /v1/engine) and its exact command line.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,8 +17,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("strata", "torch", "numpy", "scipy", "httpx", "click", "tabulate", "matplotlib", "fastapi",
-            "uvicorn", "starlette", "transformers")
+PACKAGES = (
+    "strata",
+    "torch",
+    "numpy",
+    "scipy",
+    "httpx",
+    "click",
+    "tabulate",
+    "matplotlib",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "transformers",
+)
 
 
 def utc_now() -> str:
@@ -37,8 +50,12 @@ def git_info(path: Path) -> dict[str, Any] | None:
     if rev is None:
         return None
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path) or ""
-    return {"path": str(path), "revision": rev, "dirty": bool(status),
-            "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=path)}
+    return {
+        "path": str(path),
+        "revision": rev,
+        "dirty": bool(status),
+        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=path),
+    }
 
 
 def package_versions() -> dict[str, str | None]:

@@ -9,6 +9,7 @@ not arrive while the streams decode) is named with its reason and left out of th
 arm's other runs still count. Joiner labels carry the prompt
 lengths the servers measured (usage), not only the ones asked for.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -27,8 +28,9 @@ class ReportError(ValueError):
     """Bad report options (an unknown baseline arm)."""
 
 
-def build_report(results: ResultsDir, *, pause_threshold_s: float | None = None, baseline: str | None = None,
-                 seed: int = 0) -> dict[str, Any]:
+def build_report(
+    results: ResultsDir, *, pause_threshold_s: float | None = None, baseline: str | None = None, seed: int = 0
+) -> dict[str, Any]:
     meta = results.read_meta()
     config = meta["config"]
     arms = [a["name"] for a in config["arms"]]
@@ -39,8 +41,15 @@ def build_report(results: ResultsDir, *, pause_threshold_s: float | None = None,
     threshold = config.get("pause_threshold_s", 0.5) if pause_threshold_s is None else pause_threshold_s
     runs = results.runs()
     scenarios = [
-        _scenario_report(scenario, [r for r in runs if r.get("scenario") == scenario["name"]], arms, baseline,
-                         config["repeat"], threshold, seed)
+        _scenario_report(
+            scenario,
+            [r for r in runs if r.get("scenario") == scenario["name"]],
+            arms,
+            baseline,
+            config["repeat"],
+            threshold,
+            seed,
+        )
         for scenario in config["scenarios"]
     ]
     return {
@@ -60,8 +69,15 @@ def build_report(results: ResultsDir, *, pause_threshold_s: float | None = None,
     }
 
 
-def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms: list[str], baseline: str,
-                     repeat: int, threshold: float, seed: int) -> dict[str, Any]:
+def _scenario_report(
+    scenario: dict[str, Any],
+    runs: list[dict[str, Any]],
+    arms: list[str],
+    baseline: str,
+    repeat: int,
+    threshold: float,
+    seed: int,
+) -> dict[str, Any]:
     failed_arms = {r["arm"] for r in runs if r.get("status") not in ("ok", MISSED) or serialised(r)}
     usable = [r for r in runs if r.get("arm") not in failed_arms and r.get("status") == "ok"]
     has_events = any(r.get("engine_events") is not None for r in usable)
@@ -76,14 +92,20 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
             continue  # an engine event that never happened in this scenario: no row
         comparisons = {
             arm: compare_paired(values[arm], values[baseline], seed=seed).to_dict()
-            for arm in arms if arm != baseline and spec.better is not None and not {arm, baseline} & failed_arms
+            for arm in arms
+            if arm != baseline and spec.better is not None and not {arm, baseline} & failed_arms
         }
-        metrics.append({
-            "key": spec.key, "label": spec.label, "unit": spec.unit, "better": spec.better,
-            "values": values,
-            "summary": {arm: (asdict(s) if s else None) for arm, s in summaries.items()},
-            "vs_baseline": comparisons,
-        })
+        metrics.append(
+            {
+                "key": spec.key,
+                "label": spec.label,
+                "unit": spec.unit,
+                "better": spec.better,
+                "values": values,
+                "summary": {arm: (asdict(s) if s else None) for arm, s in summaries.items()},
+                "vs_baseline": comparisons,
+            }
+        )
     runs_by_arm = {}
     for arm in arms:
         mine = [r for r in runs if r.get("arm") == arm]
@@ -91,13 +113,23 @@ def _scenario_report(scenario: dict[str, Any], runs: list[dict[str, Any]], arms:
             "ok": sum(1 for r in mine if r.get("status") == "ok"),
             "errors": sum(1 for r in mine if r.get("status") == "errors"),
             "failed": sum(1 for r in mine if r.get("status") == "failed"),
-            "failures": [f"{r['id']}: {r.get('failure', '').splitlines()[0] if r.get('failure') else ''}"
-                         for r in mine if r.get("status") == "failed"],
-            "request_errors": [f"{r['id']} {q['name']}{_where(r)}: {q['error']}" for r in mine
-                               for q in r.get("requests", []) if q.get("error")],
+            "failures": [
+                f"{r['id']}: {r.get('failure', '').splitlines()[0] if r.get('failure') else ''}"
+                for r in mine
+                if r.get("status") == "failed"
+            ],
+            "request_errors": [
+                f"{r['id']} {q['name']}{_where(r)}: {q['error']}"
+                for r in mine
+                for q in r.get("requests", [])
+                if q.get("error")
+            ],
             "serialised": [r["id"] for r in mine if serialised(r)],
-            "missed": [f"{r['id']}: {r.get('missed_join') or 'the joiners did not arrive while the streams decode'}"
-                       for r in mine if r.get("status") == MISSED],
+            "missed": [
+                f"{r['id']}: {r.get('missed_join') or 'the joiners did not arrive while the streams decode'}"
+                for r in mine
+                if r.get("status") == MISSED
+            ],
             "arm_failed": arm in failed_arms,
         }
     return {
@@ -119,11 +151,18 @@ def measured_lengths(scenario: dict[str, Any], runs: list[dict[str, Any]]) -> di
     the length asked for: "4096 tokens", or "2000-2011 tokens" when arms or rounds differ."""
     out = {}
     for spec in scenario["requests"]:
-        counts = sorted({q["measured_prompt_tokens"] for r in runs for q in r.get("requests") or []
-                         if q.get("name") == spec["name"] and isinstance(q.get("measured_prompt_tokens"), int)})
+        counts = sorted(
+            {
+                q["measured_prompt_tokens"]
+                for r in runs
+                for q in r.get("requests") or []
+                if q.get("name") == spec["name"] and isinstance(q.get("measured_prompt_tokens"), int)
+            }
+        )
         if counts and counts != [spec["prompt_tokens"]]:  # the asked length is the label's own wording
-            out[spec["name"]] = (f"{counts[0]} tokens" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} tokens") \
-                + " as the server counted"
+            out[spec["name"]] = (
+                f"{counts[0]} tokens" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} tokens"
+            ) + " as the server counted"
     return out
 
 

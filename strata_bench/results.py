@@ -3,6 +3,7 @@
 Each run's JSON is written atomically the moment the run ends, so a crash or Ctrl-C loses nothing already
 measured, and `report`/`plot` read these files alone.
 """
+
 from __future__ import annotations
 
 import json

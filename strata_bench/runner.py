@@ -5,6 +5,7 @@ the arm's name and its last stderr lines, and the bench goes on. While a launche
 tree's resident memory is sampled (engines/memory.py) into the run's `peak_rss_bytes`. Ctrl-C stops the current engine and
 leaves every finished run on disk; `resume` runs only what the directory does not hold yet.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -56,11 +57,17 @@ class BenchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "arms": [a.to_dict() for a in self.arms], "scenarios": [s.to_dict() for s in self.scenarios],
-            "repeat": self.repeat, "scale": self.scale, "time_scale": self.time_scale,
-            "pause_threshold_s": self.pause_threshold_s, "health_timeout_s": self.health_timeout_s,
-            "run_timeout_s": self.run_timeout_s, "stop_timeout_s": self.stop_timeout_s,
-            "cold_per_arm": self.cold_per_arm, "preset": self.preset,
+            "arms": [a.to_dict() for a in self.arms],
+            "scenarios": [s.to_dict() for s in self.scenarios],
+            "repeat": self.repeat,
+            "scale": self.scale,
+            "time_scale": self.time_scale,
+            "pause_threshold_s": self.pause_threshold_s,
+            "health_timeout_s": self.health_timeout_s,
+            "run_timeout_s": self.run_timeout_s,
+            "stop_timeout_s": self.stop_timeout_s,
+            "cold_per_arm": self.cold_per_arm,
+            "preset": self.preset,
         }
 
     @classmethod
@@ -68,8 +75,21 @@ class BenchConfig:
         return cls(
             arms=tuple(Arm.from_dict(a) for a in data["arms"]),
             scenarios=tuple(Scenario.from_dict(s) for s in data["scenarios"]),
-            **{k: data[k] for k in ("repeat", "scale", "time_scale", "pause_threshold_s", "health_timeout_s",
-                                    "run_timeout_s", "stop_timeout_s", "cold_per_arm", "preset") if k in data},
+            **{
+                k: data[k]
+                for k in (
+                    "repeat",
+                    "scale",
+                    "time_scale",
+                    "pause_threshold_s",
+                    "health_timeout_s",
+                    "run_timeout_s",
+                    "stop_timeout_s",
+                    "cold_per_arm",
+                    "preset",
+                )
+                if k in data
+            },
         )
 
 
@@ -83,15 +103,21 @@ def start_or_resume(config: BenchConfig, out: ResultsDir, argv: list[str], resum
         if theirs != config:
             mine, old = config.to_dict(), theirs.to_dict()
             diff = [k for k in mine if k != "preset" and mine[k] != old.get(k)]
-            raise ResultsError(f"--resume: {out.path} was started with other settings ({', '.join(diff)}); "
-                               "run `strata-bench run --resume --out DIR` alone to reuse its settings")
+            raise ResultsError(
+                f"--resume: {out.path} was started with other settings ({', '.join(diff)}); "
+                "run `strata-bench run --resume --out DIR` alone to reuse its settings"
+            )
         meta.setdefault("resumed_utc", []).append(utc_now())
         out.write_meta(meta)
         return meta
     if resume and out.path.exists() and any(out.path.iterdir()):
         raise ResultsError(f"--resume: {out.path} has no meta.json, so it is not a bench directory")
-    meta = {"nonce": secrets.token_hex(8), "config": config.to_dict(), "plan": [k.id for k in config.plan()],
-            "provenance": collect(argv)}
+    meta = {
+        "nonce": secrets.token_hex(8),
+        "config": config.to_dict(),
+        "plan": [k.id for k in config.plan()],
+        "provenance": collect(argv),
+    }
     out.write_meta(meta)
     return meta
 
@@ -110,8 +136,13 @@ def run_bench(config: BenchConfig, out: ResultsDir, meta: dict[str, Any], progre
         run = run_once(key, arms[key.arm], scenarios[key.scenario], config, meta["nonce"], out)
         out.write_run(run)
         counts[run["status"]] += 1
-        detail = (run["failure"].splitlines()[0] if run.get("failure") else run["missed_join"] if run.get("missed_join")
-                  else _headline(run))
+        detail = (
+            run["failure"].splitlines()[0]
+            if run.get("failure")
+            else run["missed_join"]
+            if run.get("missed_join")
+            else _headline(run)
+        )
         progress.end(run["status"], detail)
         if run.get("failure"):
             progress.message(run["failure"])
@@ -137,15 +168,28 @@ def _headline(run: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, nonce: str,
-             out: ResultsDir) -> dict[str, Any]:
+def run_once(
+    key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, nonce: str, out: ResultsDir
+) -> dict[str, Any]:
     """One run as a dict; failures are recorded in it, only KeyboardInterrupt propagates."""
     prompt_key = (nonce, key.round, key.scenario) + ((key.arm,) if config.cold_per_arm else ())
-    ctx = RunContext(run_id=key.id, scenario=scenario, prompt_key=prompt_key, time_scale=config.time_scale,
-                     run_timeout_s=config.run_timeout_s)
-    record: dict[str, Any] = {"id": key.id, "round": key.round, "scenario": key.scenario, "arm": key.arm,
-                              "started_utc": utc_now(), "scenario_params": scenario.to_dict(),
-                              "time_scale": config.time_scale, "pause_threshold_s": config.pause_threshold_s}
+    ctx = RunContext(
+        run_id=key.id,
+        scenario=scenario,
+        prompt_key=prompt_key,
+        time_scale=config.time_scale,
+        run_timeout_s=config.run_timeout_s,
+    )
+    record: dict[str, Any] = {
+        "id": key.id,
+        "round": key.round,
+        "scenario": key.scenario,
+        "arm": key.arm,
+        "started_utc": utc_now(),
+        "scenario_params": scenario.to_dict(),
+        "time_scale": config.time_scale,
+        "pause_threshold_s": config.pause_threshold_s,
+    }
     started = time.monotonic()
     engine: EngineProcess | None = None
     memory: RssSampler | None = None
@@ -163,14 +207,21 @@ def run_once(key: RunKey, arm: Arm, scenario: Scenario, config: BenchConfig, non
             code = _exit_code_after(engine, run)
             if code is not None:  # died mid-run: its requests' errors are the symptom, not the story
                 run["status"] = "failed"
-                run["failure"] = engine.failure(run.get("failure") or f"the engine exited with status {code} during the run")
+                run["failure"] = engine.failure(
+                    run.get("failure") or f"the engine exited with status {code} during the run"
+                )
     except LaunchError as exc:
         run = {"status": "failed", "failure": str(exc), "requests": [], "engine_events": None, "warnings": []}
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug or an odd server must not cost the other runs
-        run = {"status": "failed", "failure": f"{arm.label}: {type(exc).__name__}: {exc}\n"
-               + traceback.format_exc(limit=3), "requests": [], "engine_events": None, "warnings": []}
+        run = {
+            "status": "failed",
+            "failure": f"{arm.label}: {type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=3),
+            "requests": [],
+            "engine_events": None,
+            "warnings": [],
+        }
     finally:
         if memory is not None:
             record.update(memory.stop())

@@ -20,6 +20,7 @@ lengths, `think_s`, `at_s`; a turn's answer length (`max_tokens`) stays, like a 
 `count: N` expands a request into `name0..name{N-1}`; with `prompt_tokens_max` their prompt lengths are spread
 evenly from `prompt_tokens` (the first) to `prompt_tokens_max` (the last), so N agents hold contexts of N lengths.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,16 @@ ROLES = ("stream", "joiner", "session")
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SESSION_KEYS = {"turns", "tool_tokens", "think_s", "after_turns"}
-_REQUEST_KEYS = {"name", "role", "prompt_tokens", "max_tokens", "at_s", "label", "count", "prompt_tokens_max"} | _SESSION_KEYS
+_REQUEST_KEYS = {
+    "name",
+    "role",
+    "prompt_tokens",
+    "max_tokens",
+    "at_s",
+    "label",
+    "count",
+    "prompt_tokens_max",
+} | _SESSION_KEYS
 _SCENARIO_KEYS = {"name", "description", "settle_s", "stream_tail_s", "system_tokens", "requests"}
 
 
@@ -59,7 +69,9 @@ class RequestSpec:
         if self.role not in ROLES:
             raise ScenarioError(f"request {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
         if not isinstance(self.prompt_tokens, int) or self.prompt_tokens < 1:
-            raise ScenarioError(f"request {self.name!r}: prompt_tokens must be an integer >= 1, got {self.prompt_tokens!r}")
+            raise ScenarioError(
+                f"request {self.name!r}: prompt_tokens must be an integer >= 1, got {self.prompt_tokens!r}"
+            )
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ScenarioError(f"request {self.name!r}: max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.at_s, (int, float)) or self.at_s < 0:
@@ -141,21 +153,33 @@ class Scenario:
             return max(1, round(n * scale))
 
         requests = tuple(
-            replace(r, prompt_tokens=tokens(r.prompt_tokens), at_s=r.at_s * scale,
-                    max_tokens=tokens(r.max_tokens) if r.role == "stream" else r.max_tokens,
-                    tool_tokens=tokens(r.tool_tokens) if r.tool_tokens else 0, think_s=r.think_s * scale)
+            replace(
+                r,
+                prompt_tokens=tokens(r.prompt_tokens),
+                at_s=r.at_s * scale,
+                max_tokens=tokens(r.max_tokens) if r.role == "stream" else r.max_tokens,
+                tool_tokens=tokens(r.tool_tokens) if r.tool_tokens else 0,
+                think_s=r.think_s * scale,
+            )
             for r in self.requests
         )
         tail = None if self.stream_tail_s is None else self.stream_tail_s * scale
-        return replace(self, requests=requests, settle_s=self.settle_s * scale, stream_tail_s=tail,
-                       scale=self.scale * scale, system_tokens=tokens(self.system_tokens) if self.system_tokens else 0)
+        return replace(
+            self,
+            requests=requests,
+            settle_s=self.settle_s * scale,
+            stream_tail_s=tail,
+            scale=self.scale * scale,
+            system_tokens=tokens(self.system_tokens) if self.system_tokens else 0,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("source")
         # session fields only where they mean something, so other scenarios' JSON is as it was
-        out["requests"] = [{k: v for k, v in asdict(r).items() if r.role == "session" or k not in _SESSION_KEYS}
-                           for r in self.requests]
+        out["requests"] = [
+            {k: v for k, v in asdict(r).items() if r.role == "session" or k not in _SESSION_KEYS} for r in self.requests
+        ]
         if not self.system_tokens:
             out.pop("system_tokens")
         return out
@@ -210,8 +234,9 @@ def _expand_request(item: Any, where: str) -> list[RequestSpec]:
             raise ScenarioError(f"count must be an integer >= 1, got {count!r}")
         lengths = _spread(item["prompt_tokens"], item.get("prompt_tokens_max", item["prompt_tokens"]), count)
         # "stream" x 4 -> stream0..stream3: each its own request with its own cold prompt
-        return [RequestSpec(**{**fields, "name": f"{item['name']}{i}", "prompt_tokens": n})
-                for i, n in enumerate(lengths)]
+        return [
+            RequestSpec(**{**fields, "name": f"{item['name']}{i}", "prompt_tokens": n}) for i, n in enumerate(lengths)
+        ]
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
 

@@ -9,6 +9,7 @@ and piece; identical for the arms of a round), built before the clock starts. Se
 `at_s`. A turn is a StreamResult named `<session>.t<turn>`, role `session`; the run JSON adds each turn's
 session, turn index and whether its session joined (`session_fields`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,16 @@ class SessionsDontFit(ValueError):
 class SessionRun:
     """The sessions of one run; `results` grows as turns are sent, so a failed run keeps what it got."""
 
-    def __init__(self, url: str, scenario: Scenario, info: ServerInfo, prompt_key: tuple[Any, ...], run_id: str,
-                 time_scale: float, warnings: list[str]):
+    def __init__(
+        self,
+        url: str,
+        scenario: Scenario,
+        info: ServerInfo,
+        prompt_key: tuple[Any, ...],
+        run_id: str,
+        time_scale: float,
+        warnings: list[str],
+    ):
         self.url, self.scenario, self.info, self.run_id = url, scenario, info, run_id
         self.wall = 1.0 / time_scale
         self.results: list[StreamResult] = []
@@ -39,8 +48,11 @@ class SessionRun:
         self._text = info.prompt_mode != "ids"
         self.system = self._piece("system", scenario.system_tokens) if scenario.system_tokens else self._empty()
         self.contexts = {s.name: self._piece(s.name, s.prompt_tokens) for s in scenario.sessions}
-        self.tools = {(s.name, t): self._piece(f"{s.name}.tool{t}", s.tool_tokens)
-                      for s in scenario.sessions for t in range(1, s.turns)}
+        self.tools = {
+            (s.name, t): self._piece(f"{s.name}.tool{t}", s.tool_tokens)
+            for s in scenario.sessions
+            for t in range(1, s.turns)
+        }
         for spec in scenario.sessions:
             self._fit(spec)
         self.answers: dict[str, int] = {s.name: 0 for s in scenario.sessions}
@@ -55,16 +67,24 @@ class SessionRun:
             return token_prompt(seed, length, self.info.vocab_size or 2, self.info.eos_token_id)
         text, measured = sized_text_prompt(seed, length, lambda t: count_tokens(self.url, self.info, t))
         if measured is None and what == "system":
-            self._warnings.append(f"{self.info.family.label} cannot count tokens: the sessions' text pieces are "
-                                  "about as many words as tokens asked")
+            self._warnings.append(
+                f"{self.info.family.label} cannot count tokens: the sessions' text pieces are "
+                "about as many words as tokens asked"
+            )
         return " " + text
 
     def _fit(self, spec: RequestSpec) -> None:
-        longest = (self.scenario.system_tokens + spec.prompt_tokens
-                   + (spec.turns - 1) * (spec.max_tokens + spec.tool_tokens) + spec.max_tokens)
+        longest = (
+            self.scenario.system_tokens
+            + spec.prompt_tokens
+            + (spec.turns - 1) * (spec.max_tokens + spec.tool_tokens)
+            + spec.max_tokens
+        )
         if self.info.ctx is not None and longest > self.info.ctx:
-            raise SessionsDontFit(f"session {spec.name}: its last turn holds {longest} tokens with its answer, over the "
-                                  f"server's context of {self.info.ctx} per request: lower --scale or raise the context")
+            raise SessionsDontFit(
+                f"session {spec.name}: its last turn holds {longest} tokens with its answer, over the "
+                f"server's context of {self.info.ctx} per request: lower --scale or raise the context"
+            )
 
     async def run(self) -> None:
         """Every session to its end (or its first failed turn)."""
@@ -88,14 +108,25 @@ class SessionRun:
         prompt = self.system + self.contexts[spec.name]
         for turn in range(spec.turns):
             name = f"{spec.name}.t{turn}"
-            result = StreamResult(name=name, role="session", request_id=f"{self.run_id}-{name}",
-                                  prompt_tokens=self._length(spec, turn), prompt_sha256=prompt_digest(prompt),
-                                  max_tokens=spec.max_tokens)
+            result = StreamResult(
+                name=name,
+                role="session",
+                request_id=f"{self.run_id}-{name}",
+                prompt_tokens=self._length(spec, turn),
+                prompt_sha256=prompt_digest(prompt),
+                max_tokens=spec.max_tokens,
+            )
             self.results.append(result)
             self.fields[name] = {"session": spec.name, "turn": turn, "joined": spec.after_turns is not None}
             body = family.request_body(prompt, spec.max_tokens, model=self.info.model, warm=True)
-            await stream_completion(self.url, json.dumps(body, separators=(",", ":")).encode(), result,
-                                    path=family.endpoint, wire=family.wire, headers=family.headers(result.request_id))
+            await stream_completion(
+                self.url,
+                json.dumps(body, separators=(",", ":")).encode(),
+                result,
+                path=family.endpoint,
+                wire=family.wire,
+                headers=family.headers(result.request_id),
+            )
             self.answers[spec.name] += 1
             self._answered.set()
             if result.error:
@@ -137,5 +168,7 @@ def missed_session_join(requests: list[dict[str, Any]]) -> str | None:
     last_end = max((r.get("ended_at") or 0.0) for r in others)
     if max(last_sent, last_end) >= first:
         return None
-    return (f"the other sessions had ended (their last answer at {last_end:.3f} s) before the joining session's first "
-            f"token ({first:.3f} s): raise their turns or lower after_turns")
+    return (
+        f"the other sessions had ended (their last answer at {last_end:.3f} s) before the joining session's first "
+        f"token ({first:.3f} s): raise their turns or lower after_turns"
+    )

@@ -4,6 +4,7 @@ A pair is one round's run of each arm on the same scenario (the same prompts). P
 pairs the arm's value was lower, a two-sided sign test (scipy binomtest, ties dropped), a Wilcoxon
 signed-rank p-value, and a seeded percentile bootstrap interval of the median of the paired ratios.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -8,6 +8,7 @@ stall, die mid-run or never get healthy, so every bad path of the bench is testa
 Each event carries `synthetic_t` (its perf_counter send time) for measuring the client's own error.
 Run: python -m strata_bench.synthetic --port 8000 [flags] (--prompt-cache-tokens N: a prefix cache); see --help.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,8 +73,16 @@ class SyntheticEngine:
         self.cache = PrefixCache(config.prompt_cache_tokens)
 
     def event(self, kind: str, request_id: str, **fields: Any) -> None:
-        self.events.append({"index": len(self.events), "kind": kind, "t": time.monotonic(), "slot": None,
-                            "request_id": request_id, **fields})
+        self.events.append(
+            {
+                "index": len(self.events),
+                "kind": kind,
+                "t": time.monotonic(),
+                "slot": None,
+                "request_id": request_id,
+                **fields,
+            }
+        )
 
     async def read(self, request_id: str, prompt_tokens: int) -> None:
         cfg = self.config
@@ -92,8 +101,15 @@ class SyntheticEngine:
                     self._decode_open.set()
                 done += tokens
                 if cfg.mode == "pieces":
-                    self.event("PIECE", request_id, tokens=tokens, tokens_read=done,
-                               read_ms=tokens * cfg.read_ms_per_token, decode_ms=cfg.piece_decode_ms, decode_steps=0)
+                    self.event(
+                        "PIECE",
+                        request_id,
+                        tokens=tokens,
+                        tokens_read=done,
+                        read_ms=tokens * cfg.read_ms_per_token,
+                        decode_ms=cfg.piece_decode_ms,
+                        decode_steps=0,
+                    )
                     if done < prompt_tokens:
                         await asyncio.sleep(cfg.piece_decode_ms / 1000)
             self.event("READ_DONE", request_id, tokens=prompt_tokens, read_ms=prompt_tokens * cfg.read_ms_per_token)
@@ -131,15 +147,36 @@ class SyntheticEngine:
                 next_at = time.perf_counter()
             ids = [self.token_id(digest, sent + j, perturbed) for j in range(k)]
             sent += k
-            choice: dict[str, Any] = {"index": 0, "text": "".join(f" t{i}" for i in ids), "logprobs": None,
-                                      "finish_reason": "length" if sent >= max_tokens else None}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": "".join(f" t{i}" for i in ids),
+                "logprobs": None,
+                "finish_reason": "length" if sent >= max_tokens else None,
+            }
             if want_ids:
                 choice["token_ids"] = ids
-            yield _sse({"id": f"cmpl-{request_id}", "object": "text_completion", "model": "synthetic",
-                        "choices": [choice], "synthetic_t": time.perf_counter()})
-        yield _sse({"id": f"cmpl-{request_id}", "object": "text_completion", "choices": [],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent,
-                              **({"prompt_tokens_details": {"cached_tokens": hit.cached_tokens}} if self.cache.enabled else {})}})
+            yield _sse(
+                {
+                    "id": f"cmpl-{request_id}",
+                    "object": "text_completion",
+                    "model": "synthetic",
+                    "choices": [choice],
+                    "synthetic_t": time.perf_counter(),
+                }
+            )
+        yield _sse(
+            {
+                "id": f"cmpl-{request_id}",
+                "object": "text_completion",
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": sent,
+                    "total_tokens": prompt_tokens + sent,
+                    **({"prompt_tokens_details": {"cached_tokens": hit.cached_tokens}} if self.cache.enabled else {}),
+                },
+            }
+        )
         self.cache.keep(prompt)
         yield b"data: [DONE]\n\n"
 
@@ -168,32 +205,54 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
     counter = iter(range(1, 1 << 62))
 
     def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": param,
-                                       "code": None}}, status_code=status)
+        return JSONResponse(
+            {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}},
+            status_code=status,
+        )
 
     async def health(_: Request) -> JSONResponse:
-        if time.monotonic() - engine.started < config.health_delay_s or (config.hold_while and os.path.exists(config.hold_while)):
+        if time.monotonic() - engine.started < config.health_delay_s or (
+            config.hold_while and os.path.exists(config.hold_while)
+        ):
             return JSONResponse({"status": "loading"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def models(_: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "synthetic", "object": "model", "owned_by": config.owned_by,
-                                                         "max_model_len": config.ctx}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": "synthetic", "object": "model", "owned_by": config.owned_by, "max_model_len": config.ctx}
+                ],
+            }
+        )
 
     async def engine_info(_: Request) -> JSONResponse:
         if not config.token_ids:
             return error(404, "no such endpoint")
-        return JSONResponse({"model": "synthetic", "executor": "synthetic", "batch": config.batch, "ctx": config.ctx,
-                             "vocab_size": config.vocab_size, "eos_token_id": 0, "supports_token_ids": True,
-                             "mode": config.mode, "piece_tokens": config.piece_tokens, "version": "synthetic"})
+        return JSONResponse(
+            {
+                "model": "synthetic",
+                "executor": "synthetic",
+                "batch": config.batch,
+                "ctx": config.ctx,
+                "vocab_size": config.vocab_size,
+                "eos_token_id": 0,
+                "supports_token_ids": True,
+                "mode": config.mode,
+                "piece_tokens": config.piece_tokens,
+                "version": "synthetic",
+            }
+        )
 
     async def events(request: Request) -> PlainTextResponse:
         if not config.token_ids:
             return error(404, "no such endpoint")
         since = int(request.query_params.get("since", "0"))
         body = "".join(json.dumps(e) + "\n" for e in engine.events[since:])
-        return PlainTextResponse(body, media_type="application/x-ndjson",
-                                 headers={"X-Strata-Next-Index": str(len(engine.events))})
+        return PlainTextResponse(
+            body, media_type="application/x-ndjson", headers={"X-Strata-Next-Index": str(len(engine.events))}
+        )
 
     async def completions(request: Request):
         try:
@@ -214,29 +273,45 @@ def build_app(config: SyntheticConfig):  # -> starlette.applications.Starlette
             except ValueError:
                 return error(400, "")
         if config.fail_match and config.fail_match in request_id and config.fail_after_tokens == 0:
-            return JSONResponse({"error": {"message": "synthetic failure", "type": "server_error", "param": None,
-                                           "code": None}}, status_code=500)
+            return JSONResponse(
+                {"error": {"message": "synthetic failure", "type": "server_error", "param": None, "code": None}},
+                status_code=500,
+            )
         want_ids = bool(body.get("return_token_ids")) and config.token_ids
-        return StreamingResponse(engine.stream(request_id, prompt, max_tokens, want_ids),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            engine.stream(request_id, prompt, max_tokens, want_ids), media_type="text/event-stream"
+        )
 
-    routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/engine", engine_info),
-              Route("/v1/events", events), Route("/v1/completions", completions, methods=["POST"])]
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/engine", engine_info),
+        Route("/v1/events", events),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
     return Starlette(routes=routes)
 
 
 _HELP = {
-    "itl_ms": "ms between a stream's events", "pack": "tokens per SSE event",
+    "itl_ms": "ms between a stream's events",
+    "pack": "tokens per SSE event",
     "read_ms_per_token": "prompt read time per token (reads go one at a time)",
     "mode": "release: streams stop for a whole read; pieces: per piece; free: never",
-    "piece_tokens": "pieces mode: tokens per piece", "piece_decode_ms": "pieces mode: decode time between pieces",
-    "vocab_size": "token ids are below this", "ctx": "context reported by /v1/engine and /v1/models",
-    "batch": "slots reported by /v1/engine", "token_ids": "false: a plain OpenAI server (text only, no /v1/engine)",
-    "fail_match": "requests whose X-Request-Id contains this fail", "fail_after_tokens": "0: HTTP 500 up front; k: an error event after k tokens",
-    "stall_after_tokens": "every request pauses once after this many tokens", "stall_s": "for this long",
-    "perturb_match": "requests whose X-Request-Id contains this get other tokens", "perturb_from": "from this index",
+    "piece_tokens": "pieces mode: tokens per piece",
+    "piece_decode_ms": "pieces mode: decode time between pieces",
+    "vocab_size": "token ids are below this",
+    "ctx": "context reported by /v1/engine and /v1/models",
+    "batch": "slots reported by /v1/engine",
+    "token_ids": "false: a plain OpenAI server (text only, no /v1/engine)",
+    "fail_match": "requests whose X-Request-Id contains this fail",
+    "fail_after_tokens": "0: HTTP 500 up front; k: an error event after k tokens",
+    "stall_after_tokens": "every request pauses once after this many tokens",
+    "stall_s": "for this long",
+    "perturb_match": "requests whose X-Request-Id contains this get other tokens",
+    "perturb_from": "from this index",
     "die_after_s": "exit(3) this long after the first completion request",
-    "health_delay_s": "/health answers 503 for this long after start", "hold_while": "a path: /health answers 503 while it exists",
+    "health_delay_s": "/health answers 503 for this long after start",
+    "hold_while": "a path: /health answers 503 while it exists",
     "owned_by": "GET /v1/models' owned_by (me: llama-cpp-python, vllm, sglang)",
     "uuid_request_ids": "a non-UUID X-Request-Id gets HTTP 400 with an empty message (llama-cpp-python)",
     "end_early_after": "k > 0: streams end with [DONE] after k tokens and no finish_reason",
@@ -252,8 +327,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
     for name, value in vars(defaults).items():
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value,
-                                help=f"{_HELP[name]} (default {value})")
+            parser.add_argument(
+                flag,
+                type=lambda s: s.lower() in ("1", "true", "yes"),
+                default=value,
+                help=f"{_HELP[name]} (default {value})",
+            )
         else:
             parser.add_argument(flag, type=type(value), default=value, help=f"{_HELP[name]} (default {value})")
     args = parser.parse_args(argv)
@@ -272,8 +351,11 @@ def spawn(*flags: str, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes]
     from .engines.launcher import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

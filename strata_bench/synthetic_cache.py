@@ -7,6 +7,7 @@ the longest prefix of a prompt that a kept prompt shares, at most the prompt's l
 token is always read: its logits give the first answer token). `fault="one-too-far"` plays a cache that
 claims one token more than matched: the answer is then computed as if that prompt token were missing.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -71,7 +72,9 @@ class PrefixCache:
         key = (salt, tuple(prompt))
         self._entries.pop(key, None)
         # a prompt that extends a kept one replaces it (the same slot grew), as an engine's slot does
-        for old in [k for k in self._entries if k[0] == salt and len(k[1]) < len(prompt) and _shared(k[1], prompt) == len(k[1])]:
+        for old in [
+            k for k in self._entries if k[0] == salt and len(k[1]) < len(prompt) and _shared(k[1], prompt) == len(k[1])
+        ]:
             del self._entries[old]
         self._entries[key] = None
         evicted = []
@@ -85,7 +88,7 @@ def answer_prompt(prompt: Sequence[int], hit: Hit) -> list[int]:
     """The prompt the answer is computed from: the prompt itself, or without the token a fault skipped."""
     if hit.dropped is None:
         return list(prompt)
-    return [*prompt[:hit.dropped], *prompt[hit.dropped + 1:]]
+    return [*prompt[: hit.dropped], *prompt[hit.dropped + 1 :]]
 
 
 def _shared(left: Sequence[int], right: Sequence[int]) -> int:

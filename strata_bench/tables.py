@@ -5,6 +5,7 @@ Markdown, per scenario: rows are metrics, columns arms, each cell the median wit
 in k of n pairs", the sign test, Wilcoxon and the bootstrap interval of the median ratio; then the
 run-to-run spread (every run's value, by round) and the greedy-token check.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,7 +23,7 @@ def fmt_value(value: float | None, unit: str, digits: int = 3) -> str:
         return "—"
     if unit in ("tok", ""):
         return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"
-    if abs(value) >= 10 ** digits:  # 12345 ms, not 1.23e+04
+    if abs(value) >= 10**digits:  # 12345 ms, not 1.23e+04
         return f"{value:.0f}"
     return f"{value:.{digits}g}"
 
@@ -55,9 +56,11 @@ def comparison_line(metric: dict[str, Any], arm: str, baseline: str) -> str | No
         return None
     word = metric["better"]
     k = comp[word]
-    line = (f"- {metric['label']}: {arm} {word} in {k} of {comp['n_pairs']} pairs"
-            + (f" ({comp['ties']} tied)" if comp["ties"] else "")
-            + f"; sign test p={fmt_p(comp['sign_p'])}, Wilcoxon p={fmt_p(comp['wilcoxon_p'])}")
+    line = (
+        f"- {metric['label']}: {arm} {word} in {k} of {comp['n_pairs']} pairs"
+        + (f" ({comp['ties']} tied)" if comp["ties"] else "")
+        + f"; sign test p={fmt_p(comp['sign_p'])}, Wilcoxon p={fmt_p(comp['wilcoxon_p'])}"
+    )
     if comp["ratio_median"] is not None:
         line += f"; {arm}/{baseline} median ratio {comp['ratio_median']:.3g}"
         if comp["ratio_ci"] is not None:
@@ -69,23 +72,33 @@ def comparison_line(metric: dict[str, Any], arm: str, baseline: str) -> str | No
 def render_markdown(report: dict[str, Any]) -> str:
     arms, baseline, repeat = report["arms"], report["baseline"], report["repeat"]
     out = [f"# strata-bench report: {report['directory']}", ""]
-    scale_note = f"scale {report['scale']:g}" + (f", time scale {report['time_scale']:g} (times in modelled seconds)"
-                                                 if report["time_scale"] != 1 else "")
-    out.append(f"Arms: {', '.join(arms)} (baseline {baseline}); {repeat} round(s), order reversed every round; "
-               f"{scale_note}; pause threshold {report['pause_threshold_s']:g} s; "
-               f"{report['runs_recorded']} of {report['runs_planned']} runs recorded.")
+    scale_note = f"scale {report['scale']:g}" + (
+        f", time scale {report['time_scale']:g} (times in modelled seconds)" if report["time_scale"] != 1 else ""
+    )
+    out.append(
+        f"Arms: {', '.join(arms)} (baseline {baseline}); {repeat} round(s), order reversed every round; "
+        f"{scale_note}; pause threshold {report['pause_threshold_s']:g} s; "
+        f"{report['runs_recorded']} of {report['runs_planned']} runs recorded."
+    )
     out.append("Cells: median (min–max) over runs; bold: better than the baseline in every pair.")
     for scenario in report["scenarios"]:
         out += ["", f"## {scenario['name']}", ""]
         if scenario["description"]:
             out += [scenario["description"], ""]
         failed = set(scenario.get("failed_arms") or [])
-        rows = [[m["label"]] + [_cell(m, arm, baseline, repeat, arm in failed) for arm in arms]
-                for m in scenario["metrics"]]
+        rows = [
+            [m["label"]] + [_cell(m, arm, baseline, repeat, arm in failed) for arm in arms] for m in scenario["metrics"]
+        ]
         rows.append(["runs"] + [_runs_cell(scenario["runs"][arm]) for arm in arms])
         out.append(tabulate(rows, headers=[""] + arms, tablefmt="github", colalign=["left"] + ["right"] * len(arms)))
-        lines = [line for m in scenario["metrics"] for arm in arms if arm != baseline
-                 for line in [comparison_line(m, arm, baseline)] if line]
+        lines = [
+            line
+            for m in scenario["metrics"]
+            for arm in arms
+            if arm != baseline
+            for line in [comparison_line(m, arm, baseline)]
+            if line
+        ]
         if lines:
             out += [""] + lines
         out += _problems(scenario, arms)
@@ -104,8 +117,12 @@ def _definitions(report: dict[str, Any]) -> list[str]:
     from .metrics import DEFINITIONS
 
     shown = {m["key"].split(".")[0] for s in report["scenarios"] for m in s["metrics"]}
-    family = {"itl_p50_ms": "itl_ms", "itl_p99_ms": "itl_ms", "itl_max_ms": "itl_ms",
-              "ttft_cached_p90_s": "ttft_cached_p50_s"}
+    family = {
+        "itl_p50_ms": "itl_ms",
+        "itl_p99_ms": "itl_ms",
+        "itl_max_ms": "itl_ms",
+        "ttft_cached_p90_s": "ttft_cached_p50_s",
+    }
     keys = dict.fromkeys(family.get(k, k) for k in shown if family.get(k, k) in DEFINITIONS)
     return ["", "Definitions:"] + [f"- {DEFINITIONS[k]}" for k in DEFINITIONS if k in keys] if keys else []
 
@@ -127,10 +144,13 @@ def _problems(scenario: dict[str, Any], arms: list[str]) -> list[str]:
     out = []
     for arm in scenario.get("failed_arms") or []:
         runs = scenario["runs"][arm]
-        why = [f"{runs['failed']} failed run(s)" if runs["failed"] else "",
-               f"{runs['errors']} run(s) with request errors" if runs["errors"] else "",
-               f"{len(runs['serialised'])} serialised run(s) (the server ran the streams one at a time)"
-               if runs.get("serialised") else ""]
+        why = [
+            f"{runs['failed']} failed run(s)" if runs["failed"] else "",
+            f"{runs['errors']} run(s) with request errors" if runs["errors"] else "",
+            f"{len(runs['serialised'])} serialised run(s) (the server ran the streams one at a time)"
+            if runs.get("serialised")
+            else "",
+        ]
         out.append(f"- **{arm} FAILED**: {', '.join(w for w in why if w)}; no statistics are computed from it")
     for arm in arms:
         for line in scenario["runs"][arm]["failures"]:
@@ -156,9 +176,28 @@ def _spread_table(scenario: dict[str, Any], arms: list[str], repeat: int) -> str
 def render_csv(report: dict[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["scenario", "metric", "label", "unit", "arm", "n", "median", "min", "max", "values",
-                     "baseline", "pairs", "better_pairs", "sign_p", "wilcoxon_p", "ratio_median", "ratio_ci_low",
-                     "ratio_ci_high"])
+    writer.writerow(
+        [
+            "scenario",
+            "metric",
+            "label",
+            "unit",
+            "arm",
+            "n",
+            "median",
+            "min",
+            "max",
+            "values",
+            "baseline",
+            "pairs",
+            "better_pairs",
+            "sign_p",
+            "wilcoxon_p",
+            "ratio_median",
+            "ratio_ci_low",
+            "ratio_ci_high",
+        ]
+    )
     for scenario in report["scenarios"]:
         for m in scenario["metrics"]:
             for arm in report["arms"]:
@@ -166,10 +205,28 @@ def render_csv(report: dict[str, Any]) -> str:
                 c = m["vs_baseline"].get(arm) or {}
                 better = c.get(m["better"]) if m["better"] else None
                 ci = c.get("ratio_ci") or (None, None)
-                writer.writerow([scenario["name"], m["key"], m["label"], m["unit"], arm, s.get("n", 0), s.get("median"),
-                                 s.get("min"), s.get("max"), ";".join("" if v is None else repr(v) for v in m["values"][arm]),
-                                 report["baseline"], c.get("n_pairs"), better, c.get("sign_p"), c.get("wilcoxon_p"),
-                                 c.get("ratio_median"), ci[0], ci[1]])
+                writer.writerow(
+                    [
+                        scenario["name"],
+                        m["key"],
+                        m["label"],
+                        m["unit"],
+                        arm,
+                        s.get("n", 0),
+                        s.get("median"),
+                        s.get("min"),
+                        s.get("max"),
+                        ";".join("" if v is None else repr(v) for v in m["values"][arm]),
+                        report["baseline"],
+                        c.get("n_pairs"),
+                        better,
+                        c.get("sign_p"),
+                        c.get("wilcoxon_p"),
+                        c.get("ratio_median"),
+                        ci[0],
+                        ci[1],
+                    ]
+                )
     return buf.getvalue()
 
 

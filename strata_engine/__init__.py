@@ -5,6 +5,7 @@ pipelined batch groups and the piecewise read of PR 2050.
     with Engine.from_pretrained("strata-tiny-moe", batch=4) as engine:
         print(engine.generate(["def add(a, b):"], SamplingParams(max_tokens=16))[0].text)
 """
+
 from .config import EngineConfig, SchedulerConfig
 from .errors import RequestError
 from .params import SamplingParams

@@ -3,6 +3,7 @@
 Both return a `Backend` with the same fields, so the engine and the scheduler above it cannot tell
 them apart except through `info()`.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,14 @@ def _dtype(name: str | None, device: str):
 
     if name is None:
         return torch.float32 if device.startswith("cpu") else torch.bfloat16
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16}
+    table = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
     if name not in table:
         raise ValueError(f"dtype must be one of {sorted(table)}, got {name!r}")
     return table[name]
@@ -54,10 +61,20 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
 
     model_config = read_config(resolve_model_path(config.model))
     device = config.device or _default_device()
-    per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
-                                   torch.tensor([], dtype=_dtype(config.dtype, device)).element_size())
-    return choose_ctx(config.ctx, model_config.max_position_embeddings, config.batch, per_token,
-                      memory_bytes(device), config.allow_ctx_beyond_model)
+    per_token = kv_bytes_per_token(
+        model_config.num_layers,
+        model_config.num_kv_heads,
+        model_config.head_dim,
+        torch.tensor([], dtype=_dtype(config.dtype, device)).element_size(),
+    )
+    return choose_ctx(
+        config.ctx,
+        model_config.max_position_embeddings,
+        config.batch,
+        per_token,
+        memory_bytes(device),
+        config.allow_ctx_beyond_model,
+    )
 
 
 def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
@@ -89,15 +106,29 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         model.eval()
         kernels = choose_kernels(model, sched.batch, threads, decode=config.compile)
         split_layers(model, stages, dtype)
-        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, threads=threads, row_tile=sched.row_tile,
-                            compile=config.compile, decode_all_threads=sched.decode_all_threads, gemms=gemms)
+        pipeline = Pipeline(
+            model,
+            stages,
+            sched.batch,
+            sched.ctx,
+            dtype,
+            threads=threads,
+            row_tile=sched.row_tile,
+            compile=config.compile,
+            decode_all_threads=sched.decode_all_threads,
+            gemms=gemms,
+        )
     # The mixed read's decode rows ride eager forwards (not bitwise the compiled step's), and the C++ GEMM
     # templates round a row by its place in the micro-batch: either way no invariance claim.
     if config.compile and (sched.read_mix or gemms == "template"):
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
-    per_token = kv_bytes_per_token(model_config.num_layers, model_config.num_kv_heads, model_config.head_dim,
-                                   torch.tensor([], dtype=dtype).element_size())
+    per_token = kv_bytes_per_token(
+        model_config.num_layers,
+        model_config.num_kv_heads,
+        model_config.head_dim,
+        torch.tensor([], dtype=dtype).element_size(),
+    )
     return Backend(
         executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token, kv_window=model_config.sliding_window),
         tokenizer=tokenizer,
@@ -120,11 +151,27 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
     # row tile in their StageSpec: STRATA_ROW_TILE where it is set, else the probed one. (STRATA_DECODE_ALL_THREADS
     # asks for what ranks always do: they decode at their own thread count.)
-    tile = sched.row_tile if sched.row_tile is not None else default_row_tile(model_config, stages[0].device, dtype, threads)
-    return DistPipeline(ranks, stages, config.model, sched.batch, sched.ctx, dtype, model_config.hidden_size,
-                        model_config.vocab_size, threads=threads, timeout_s=config.stage_timeout_s,
-                        max_tokens=sched.prefill_chunk + sched.batch,
-                        row_tile=tile, compile=config.compile, gemms=gemms)
+    tile = (
+        sched.row_tile
+        if sched.row_tile is not None
+        else default_row_tile(model_config, stages[0].device, dtype, threads)
+    )
+    return DistPipeline(
+        ranks,
+        stages,
+        config.model,
+        sched.batch,
+        sched.ctx,
+        dtype,
+        model_config.hidden_size,
+        model_config.vocab_size,
+        threads=threads,
+        timeout_s=config.stage_timeout_s,
+        max_tokens=sched.prefill_chunk + sched.batch,
+        row_tile=tile,
+        compile=config.compile,
+        gemms=gemms,
+    )
 
 
 def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:
@@ -135,7 +182,14 @@ def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], 
 
     profile = load_profile(config.sim_profile or "pr2050-2x5090")
     tokenizer = ByteTokenizer()
-    executor = SimExecutor(profile, clock=clock, sleep=time.sleep, time_scale=config.time_scale,
-                           vocab_size=tokenizer.vocab_size, eos_token_id=None, seed=config.seed,
-                           num_stages=sched.num_stages if (config.split or config.devices) else None)
+    executor = SimExecutor(
+        profile,
+        clock=clock,
+        sleep=time.sleep,
+        time_scale=config.time_scale,
+        vocab_size=tokenizer.vocab_size,
+        eos_token_id=None,
+        seed=config.seed,
+        num_stages=sched.num_stages if (config.split or config.devices) else None,
+    )
     return Backend(executor, tokenizer, f"sim:{profile.name}", "sim", "none", tokenizer.vocab_size, None)

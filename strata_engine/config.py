@@ -3,6 +3,7 @@
 The STRATA_* variables are listed and parsed in knobs.py; the scheduler's are applied here (`SchedulerConfig.with_env`).
 Unset or empty keeps the default, a bad value raises naming the variable; zero piece size means the one-run read ("release").
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ from . import knobs
 from .kernel_switches import KERNEL_ENVS, kernel_mode
 
 # Variable name -> the SchedulerConfig field it sets (knobs.KNOBS has the rest: parser, default, help)
-ENV_VARS: dict[str, str] = {name: knob.sets.split(".", 1)[1] for name, knob in knobs.KNOBS.items()
-                            if knob.sets.startswith("SchedulerConfig.")}
+ENV_VARS: dict[str, str] = {
+    name: knob.sets.split(".", 1)[1] for name, knob in knobs.KNOBS.items() if knob.sets.startswith("SchedulerConfig.")
+}
 
 STAGE_WORKERS = ("auto", "thread", "dist")
 # The host store's default cap: 1 GiB holds 64 agents' 4,000-token contexts of the embedded model (4 KiB of
@@ -57,8 +59,10 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.prompt_cache_mib < 0 or self.prompt_cache_min_tokens < 1:
-            raise ValueError(f"prompt_cache_mib must be >= 0 and prompt_cache_min_tokens >= 1, got "
-                             f"{self.prompt_cache_mib} and {self.prompt_cache_min_tokens}")
+            raise ValueError(
+                f"prompt_cache_mib must be >= 0 and prompt_cache_min_tokens >= 1, got "
+                f"{self.prompt_cache_mib} and {self.prompt_cache_min_tokens}"
+            )
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if not 1 <= self.batch_groups <= self.batch:
@@ -70,7 +74,9 @@ class SchedulerConfig:
         if self.ctx < 2:
             raise ValueError(f"ctx must be >= 2, got {self.ctx}")
         if self.decode_max_ms < self.decode_min_ms:
-            raise ValueError(f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})")
+            raise ValueError(
+                f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})"
+            )
 
     @property
     def pipelined(self) -> bool:
@@ -152,10 +158,14 @@ class EngineConfig:
         if self.executor == "torch" and self.prompt_cache_mib:
             available = host_memory_available()
             if self.prompt_cache_mib * 2**20 > available:
-                raise ValueError(f"--prompt-cache {self.prompt_cache_mib} MiB cannot be held: this machine has "
-                                 f"{available // 2**20} MiB of memory available now; give at most that, or 0 to turn it off")
+                raise ValueError(
+                    f"--prompt-cache {self.prompt_cache_mib} MiB cannot be held: this machine has "
+                    f"{available // 2**20} MiB of memory available now; give at most that, or 0 to turn it off"
+                )
         if self.layout not in ("plain", "fastest"):
-            raise ValueError(f"layout must be 'plain' or 'fastest' (auto is resolved by layout.resolve), got {self.layout!r}")
+            raise ValueError(
+                f"layout must be 'plain' or 'fastest' (auto is resolved by layout.resolve), got {self.layout!r}"
+            )
         if isinstance(self.batch_groups, str) and self.batch_groups != "auto":
             try:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))

@@ -5,6 +5,7 @@ and what a quarter of the machine's memory (RAM on CPU, the device's memory on C
 for `batch` slots, rounded down to a multiple of 256. An explicit `--ctx` past the model's positions is
 refused with the flag that allows it: positions a model never saw are a quality risk its config declares.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,20 +37,28 @@ def memory_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def choose_ctx(requested: int | None, max_positions: int, batch: int, per_token: int, memory: int,
-               allow_beyond_model: bool = False) -> ContextChoice:
+def choose_ctx(
+    requested: int | None, max_positions: int, batch: int, per_token: int, memory: int, allow_beyond_model: bool = False
+) -> ContextChoice:
     """`requested` None -> the default above; else the requested length, checked against the model."""
     if requested is not None:
         if requested > max_positions and not allow_beyond_model:
-            raise ValueError(f"--ctx {requested} exceeds the model's max_position_embeddings ({max_positions}); "
-                             f"pass {ALLOW_FLAG} to run past the positions the model declares")
+            raise ValueError(
+                f"--ctx {requested} exceeds the model's max_position_embeddings ({max_positions}); "
+                f"pass {ALLOW_FLAG} to run past the positions the model declares"
+            )
         return ContextChoice(requested, "--ctx")
     fits = int(memory * KV_MEMORY_SHARE) // max(1, batch * per_token)
     fits -= fits % ROUND_TO
     if fits < ROUND_TO:
-        raise ValueError(f"{batch} slots of KV cache ({per_token} bytes a token) do not fit in a quarter of "
-                         f"{memory / 2**30:.1f} GiB; lower --batch or give --ctx")
+        raise ValueError(
+            f"{batch} slots of KV cache ({per_token} bytes a token) do not fit in a quarter of "
+            f"{memory / 2**30:.1f} GiB; lower --batch or give --ctx"
+        )
     if fits < max_positions:
-        return ContextChoice(fits, f"{fits} (what {KV_MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB holds for "
-                                   f"{batch} slots; the model allows {max_positions})")
+        return ContextChoice(
+            fits,
+            f"{fits} (what {KV_MEMORY_SHARE:.0%} of {memory / 2**30:.0f} GiB holds for "
+            f"{batch} slots; the model allows {max_positions})",
+        )
     return ContextChoice(max_positions, f"{max_positions} (the model's max_position_embeddings)")

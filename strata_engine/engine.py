@@ -6,6 +6,7 @@ through the handle (and `on_output`) the moment it is sampled. The engine knows 
 once per token whether it ends its request (`finish.finish_reason`: EOS, max tokens, the context's end)
 and postprocesses text (stop strings); the scheduler knows neither, the executor only runs plans.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,7 +75,9 @@ class Engine:
         self.stage_workers = backend.stage_workers
         self.kernels = backend.kernels
         self.ctx = self.scheduler_config.ctx
-        self.scheduler = Scheduler(self.scheduler_config, self.executor, clock=self.clock, sink=self, events=self.events)
+        self.scheduler = Scheduler(
+            self.scheduler_config, self.executor, clock=self.clock, sink=self, events=self.events
+        )
         self._states: dict[str, RequestState] = {}
         self._handles: dict[str, RequestHandle] = {}
         self._lock = threading.Lock()
@@ -183,12 +186,27 @@ class Engine:
 
         seed = params.seed if params.seed is not None else next(self._seeds)
         state = RequestState(
-            request_id=request_id, prompt_ids=ids, params=params, decoder=self.tokenizer.decode_stream(),
-            token_text=lambda tid: self.tokenizer.decode([tid]), deliver=deliver, clock=self.clock, seed=seed,
+            request_id=request_id,
+            prompt_ids=ids,
+            params=params,
+            decoder=self.tokenizer.decode_stream(),
+            token_text=lambda tid: self.tokenizer.decode([tid]),
+            deliver=deliver,
+            clock=self.clock,
+            seed=seed,
         )
-        request = Request(request_id, ids, params.max_tokens, arrival=self.clock(), payload=state,
-                          sampler=self._make_sampler(params, seed), logprobs=params.logprobs, cache_salt=params.cache_salt,
-                          params=params, seed=seed)
+        request = Request(
+            request_id,
+            ids,
+            params.max_tokens,
+            arrival=self.clock(),
+            payload=state,
+            sampler=self._make_sampler(params, seed),
+            logprobs=params.logprobs,
+            cache_salt=params.cache_salt,
+            params=params,
+            seed=seed,
+        )
         state.handle = handle
         with self._lock:
             self._states[request_id] = state
@@ -213,9 +231,15 @@ class Engine:
         state: RequestState = request.payload
         if state.handle is not None and not state.token_ids:  # admitted: what the prompt cache gave is known
             state.handle.cached_tokens = request.cached_tokens
-        reason = finish_reason(token.token_id, tokens_generated=request.tokens_generated, prompt_tokens=request.prompt_tokens,
-                               max_tokens=request.max_tokens, ctx=self.ctx, eos_token_id=self.eos_token_id,
-                               ignore_eos=state.params.ignore_eos)
+        reason = finish_reason(
+            token.token_id,
+            tokens_generated=request.tokens_generated,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            ctx=self.ctx,
+            eos_token_id=self.eos_token_id,
+            ignore_eos=state.params.ignore_eos,
+        )
         if reason == "stop":  # EOS ends the request and is not part of its output
             return reason
         return state.accept(token, reason)
@@ -231,11 +255,13 @@ class Engine:
             state.finished = True
             self._states.pop(state.request_id, None)
             self._handles.pop(state.request_id, None)
-        unsent = state.text[state.emitted_chars:]
+        unsent = state.text[state.emitted_chars :]
         state.deliver(Finished(state.completion(reason, error, cached_tokens), unsent))
 
     # -- conveniences --------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[str | Sequence[int]] | str, params: SamplingParams | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: Sequence[str | Sequence[int]] | str, params: SamplingParams | None = None
+    ) -> list[Completion]:
         """Submit all prompts at once (they batch), wait for every completion, in order."""
         if isinstance(prompts, str):
             prompts = [prompts]

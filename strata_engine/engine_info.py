@@ -1,5 +1,6 @@
 """What an engine says about itself (`Engine.info`, served as `/v1/engine`): its shape, the scheduler's knobs,
 which path serves each kernel, MKL's reproducible mode, the KV cache's format and the process's memory."""
+
 from __future__ import annotations
 
 import os
@@ -12,19 +13,41 @@ def describe(engine: Any) -> dict[str, Any]:
     """The engine's description, as `/v1/engine` serves it (docs/API.md)."""
     sc = engine.scheduler_config
     return {
-        "model": engine.model_name, "executor": engine.config.executor, "batch": sc.batch,
-        "batch_groups": sc.batch_groups, "num_stages": sc.num_stages, "prefill_chunk": sc.prefill_chunk,
-        "ctx": sc.ctx, "ctx_from": engine.ctx_choice.why, "piped_read_piece": sc.piped_read_piece, "decode_share": sc.decode_share,
-        "decode_min_ms": sc.decode_min_ms, "decode_max_ms": sc.decode_max_ms, "read_mix": sc.read_mix,
-        "decode_merge": sc.decode_merge, "layout": engine.config.layout, "pause_target_ms": sc.pause_target_ms, "device": engine.device, "dtype": engine.dtype,
-        "vocab_size": engine.vocab_size, "eos_token_id": engine.eos_token_id, "supports_token_ids": True,
+        "model": engine.model_name,
+        "executor": engine.config.executor,
+        "batch": sc.batch,
+        "batch_groups": sc.batch_groups,
+        "num_stages": sc.num_stages,
+        "prefill_chunk": sc.prefill_chunk,
+        "ctx": sc.ctx,
+        "ctx_from": engine.ctx_choice.why,
+        "piped_read_piece": sc.piped_read_piece,
+        "decode_share": sc.decode_share,
+        "decode_min_ms": sc.decode_min_ms,
+        "decode_max_ms": sc.decode_max_ms,
+        "read_mix": sc.read_mix,
+        "decode_merge": sc.decode_merge,
+        "layout": engine.config.layout,
+        "pause_target_ms": sc.pause_target_ms,
+        "device": engine.device,
+        "dtype": engine.dtype,
+        "vocab_size": engine.vocab_size,
+        "eos_token_id": engine.eos_token_id,
+        "supports_token_ids": True,
         "batch_invariant": bool(getattr(engine.executor, "batch_invariant", False)),
-        "layout_invariant": bool(getattr(engine.executor, "layout_invariant", False)), "split": engine.config.split, "devices": list(engine.config.devices),
-        "version": _version(), "pid": os.getpid(), "stage_workers": engine.stage_workers,
+        "layout_invariant": bool(getattr(engine.executor, "layout_invariant", False)),
+        "split": engine.config.split,
+        "devices": list(engine.config.devices),
+        "version": _version(),
+        "pid": os.getpid(),
+        "stage_workers": engine.stage_workers,
         "compiled": getattr(getattr(engine.executor, "pipeline", None), "compile_info", None),
         "row_tile": getattr(getattr(engine.executor, "pipeline", None), "row_tile", None),
         "prompt_cache": engine.scheduler.prompt_cache.info(),
-        "kernels": engine.kernels, "mkl_cbwr": None if engine.config.executor == "sim" else mkl_mode.pin(), "kv": _kv_info(engine), "rss_bytes": _rss_bytes(),
+        "kernels": engine.kernels,
+        "mkl_cbwr": None if engine.config.executor == "sim" else mkl_mode.pin(),
+        "kv": _kv_info(engine),
+        "rss_bytes": _rss_bytes(),
     }
 
 
@@ -33,9 +56,13 @@ def _kv_info(engine: Any) -> dict[str, Any]:
     positions are written (model/kv_cache.py), so the process's resident bytes are the measure."""
     per_position = int(getattr(engine.executor, "kv_bytes_per_token", 0) or 0)
     sc = engine.scheduler_config
-    return {"dtype": engine.dtype, "bytes_per_position": per_position, "positions_per_slot": sc.ctx,
-            "reserved_bytes": per_position * sc.ctx * sc.batch,
-            "committed": "as written" if engine.device == "cpu" else "at start"}
+    return {
+        "dtype": engine.dtype,
+        "bytes_per_position": per_position,
+        "positions_per_slot": sc.ctx,
+        "reserved_bytes": per_position * sc.ctx * sc.batch,
+        "committed": "as written" if engine.device == "cpu" else "at start",
+    }
 
 
 def _rss_bytes() -> int | None:

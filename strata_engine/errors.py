@@ -3,6 +3,7 @@
 `RequestError`: one request is invalid (a bad parameter, a prompt over the context); `field` names the
 parameter, so the HTTP layer can answer an OpenAI-style 400 that points at it. Other requests go on.
 """
+
 from __future__ import annotations
 
 

@@ -4,6 +4,7 @@ Each event is one parseable stderr line (`STRATA <KIND> key=value ...`) and also
 exposes as JSON lines, so the bench and verify read the same facts a human reads in the log.
 The give-way line keeps the spec's literal form: `YIELDED <slot> <tokens_read>`.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,21 @@ from typing import Any, Callable
 # The prompt cache: CACHE_HIT (a request keeps `tokens` prompt tokens from `source` "slot" or "store"),
 # CACHE_EVICT (a prefix leaves a slot, source "slot", `to` "store" or "dropped"; or leaves the store, source
 # "store", `reason` "lru", "covered" by a longer one, "memory" or "failed"), each with its tokens and bytes.
-KINDS = ("ADMIT", "READ_START", "PIECE", "TARGET", "LEADIN", "YIELDED", "RESUME", "BSTOP", "READ_DONE", "FINISH", "MIX",
-         "CACHE_HIT", "CACHE_EVICT")
+KINDS = (
+    "ADMIT",
+    "READ_START",
+    "PIECE",
+    "TARGET",
+    "LEADIN",
+    "YIELDED",
+    "RESUME",
+    "BSTOP",
+    "READ_DONE",
+    "FINISH",
+    "MIX",
+    "CACHE_HIT",
+    "CACHE_EVICT",
+)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,20 @@ tokens reached, or the context is full) or None. The engine asks it once per tok
 ends the request, the token's output carries the reason, and the HTTP layer only renders it. Stop
 strings are text, found where the text is assembled (`outputs.RequestState`).
 """
+
 from __future__ import annotations
 
 
-def finish_reason(token_id: int, *, tokens_generated: int, prompt_tokens: int, max_tokens: int, ctx: int,
-                  eos_token_id: int | None, ignore_eos: bool = False) -> str | None:
+def finish_reason(
+    token_id: int,
+    *,
+    tokens_generated: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    ctx: int,
+    eos_token_id: int | None,
+    ignore_eos: bool = False,
+) -> str | None:
     """The reason this token ends its request, or None. `tokens_generated` counts this token."""
     if eos_token_id is not None and token_id == eos_token_id and not ignore_eos:
         return "stop"

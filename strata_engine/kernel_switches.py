@@ -6,6 +6,7 @@ anything else raises naming the variable (knobs.py parses both). `native_march()
 native); `cache_dir()` is where per-machine verdicts are kept; `keep_compile_cache()` (the command line's,
 before an engine is built) puts inductor's compile cache there too, unless TORCHINDUCTOR_CACHE_DIR is set.
 """
+
 from __future__ import annotations
 
 import os

@@ -15,6 +15,7 @@ what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
 STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,9 @@ def this_machine(config: EngineConfig) -> Machine:
 
     from .model.weights import read_config, resolve_model_path
 
-    return Machine(os.cpu_count() or 1, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers)
+    return Machine(
+        os.cpu_count() or 1, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers
+    )
 
 
 def _unfit(config: EngineConfig, machine: Machine) -> str | None:
@@ -72,12 +75,25 @@ def fastest(config: EngineConfig, given: Collection[str]) -> EngineConfig:
     # Thread stages, not ranks: only they share the KV cache that lets a decode step run every layer in one
     # compiled call (the whole decode, runtime/pipeline.py), which beat the ranks' three hops a step in
     # docs/measurements/default-layout.md, "On stage threads, with the whole decode"; the reads came out level.
-    return replace(config, layout="fastest", devices=("cpu", "cpu"), split=None, batch_groups=2, compile=True,
-                   prefill_chunk=chunk, stage_workers="thread")
+    return replace(
+        config,
+        layout="fastest",
+        devices=("cpu", "cpu"),
+        split=None,
+        batch_groups=2,
+        compile=True,
+        prefill_chunk=chunk,
+        stage_workers="thread",
+    )
 
 
-def resolve(config: EngineConfig, requested: str, given: Collection[str], env: Mapping[str, str] | None = None,
-            machine: Callable[[EngineConfig], Machine] | Machine | None = None) -> tuple[EngineConfig, str]:
+def resolve(
+    config: EngineConfig,
+    requested: str,
+    given: Collection[str],
+    env: Mapping[str, str] | None = None,
+    machine: Callable[[EngineConfig], Machine] | Machine | None = None,
+) -> tuple[EngineConfig, str]:
     if requested not in LAYOUTS:
         raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, got {requested!r}")
     if requested == "plain":
@@ -90,8 +106,10 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
         if shaped:
             return config, f"plain: the layout flags given ({flags(shaped)})"
     elif shaped:
-        raise ValueError(f"--layout fastest sets the stages, groups and compiled step itself; drop {flags(shaped)}, "
-                         "or use --layout plain")
+        raise ValueError(
+            f"--layout fastest sets the stages, groups and compiled step itself; drop {flags(shaped)}, "
+            "or use --layout plain"
+        )
     found = machine if isinstance(machine, Machine) else (machine or this_machine)(config)
     unfit = _unfit(config, found)
     if unfit is not None:
@@ -100,10 +118,12 @@ def resolve(config: EngineConfig, requested: str, given: Collection[str], env: M
         return config, f"plain: auto found {unfit}"
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
     laid_out = fastest(config, given)
-    return laid_out, (f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
-                      "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
-                      "merged decode "
-                      "(--layout plain: the flags alone)")
+    return laid_out, (
+        f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
+        "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
+        "merged decode "
+        "(--layout plain: the flags alone)"
+    )
 
 
 def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[str]) -> list[tuple[str, Any, str]]:
@@ -122,7 +142,13 @@ def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[
         else:
             source = "layout" if value != getattr(flagged, f.name) else "default"
         rows.append((f"EngineConfig.{f.name}", value, source))
-    gemms = "STRATA_COMPILED_GEMMS" if knobs.is_set("STRATA_COMPILED_GEMMS", env) else "layout" if laid_out.layout == "fastest" else "default"
+    gemms = (
+        "STRATA_COMPILED_GEMMS"
+        if knobs.is_set("STRATA_COMPILED_GEMMS", env)
+        else "layout"
+        if laid_out.layout == "fastest"
+        else "default"
+    )
     rows.append(("EngineConfig.compiled_gemms()", laid_out.compiled_gemms(), gemms))
     variables = {field: name for name, field in ENV_VARS.items()}
     sched = laid_out.scheduler_config()

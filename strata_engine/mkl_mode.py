@@ -7,6 +7,7 @@ loaded, not through the process environment: importing the package changes nothi
 (other than OFF, MKL's default) wins. Where MKL already ran in this process, its mode stays and `pin` says
 so; the start-up probes then measure what holds.
 """
+
 from __future__ import annotations
 
 import ctypes

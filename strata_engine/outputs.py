@@ -4,6 +4,7 @@
 it lives in `Request.payload`, which only the engine reads (executors sample with `Request.sampler`). Whether a token ends its
 request (EOS, max tokens, the context's end) the engine decides (`finish.finish_reason`) and tells it.
 """
+
 from __future__ import annotations
 
 import queue
@@ -119,7 +120,7 @@ class RequestState:
         # hold back a tail that could still become a stop string
         hold = 0 if reason else max((len(s) - 1 for s in p.stop), default=0)
         upto = max(self.emitted_chars, len(self.text) - hold)
-        delta = self.text[self.emitted_chars:upto]
+        delta = self.text[self.emitted_chars : upto]
         self.emitted_chars = upto
         top = None
         if token.top:

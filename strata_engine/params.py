@@ -3,6 +3,7 @@
 Validated on construction so a bad value is a clear error for that request only. Greedy is
 temperature 0; seeded sampling uses a per-request generator so the same seed gives the same text.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,6 +1,7 @@
 """A sampled token: the one value that every layer passes along (the sampler makes it, executors deliver it,
 the scheduler and the engine consume it). It lives at the bottom, importing nothing of the engine, so each
 layer can name it without importing a higher one."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ starts its read, then S and L2 join it, so an engine that reads in pieces gives 
 reads L2 while L1 and S decode). Every answer must equal the independent one token for token; the
 resumed reads must start where they gave way. What the engine did together is reported as info.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -58,13 +59,24 @@ class AnswersRun:
     steps: list[Step] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target.describe(), "engine": self.info, "made_by": self.reference.get("made_by"),
-                "answers": {phase: {n: {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs}
-                                    for n, c in answers.items()} for phase, answers in self.answers.items()},
-                "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in self.events or []]}
+        return {
+            "target": self.target.describe(),
+            "engine": self.info,
+            "made_by": self.reference.get("made_by"),
+            "answers": {
+                phase: {
+                    n: {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs}
+                    for n, c in answers.items()
+                }
+                for phase, answers in self.answers.items()
+            },
+            "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in self.events or []],
+        }
 
 
-def run_answers(target: Target, reference: dict[str, Any], expected: list[Expected], options: AnswersOptions) -> AnswersRun:
+def run_answers(
+    target: Target, reference: dict[str, Any], expected: list[Expected], options: AnswersOptions
+) -> AnswersRun:
     """Both phases, then the verdict. GateError when an engine cannot start, a prompt cannot fit, or a request fails."""
     run = AnswersRun(target, options, reference, expected, nonce=secrets.token_hex(4))
     tokens = int(reference["max_tokens"])
@@ -74,8 +86,10 @@ def run_answers(target: Target, reference: dict[str, Any], expected: list[Expect
         _fits(run, tokens)
         if run.steps:  # not comparable (another vocabulary): nothing to run
             return run
-        run.answers["solo"] = {e.name: _ok(client.complete(e.name, request_id("solo", e.name, run.nonce), e.prompt, tokens))
-                               for e in expected}
+        run.answers["solo"] = {
+            e.name: _ok(client.complete(e.name, request_id("solo", e.name, run.nonce), e.prompt, tokens))
+            for e in expected
+        }
     with target.launch() as launch:
         client = EngineClient(launch.url, options.request_timeout)
         client.prepare()
@@ -88,15 +102,23 @@ def _fits(run: AnswersRun, tokens: int) -> None:
     vocab, eos = run.info.get("vocab_size"), run.info.get("eos_token_id")
     ref_vocab, ref_eos = run.reference["vocab_size"], run.reference.get("eos_token_id")
     if vocab is not None and (vocab != ref_vocab or (eos is not None and eos != ref_eos)):
-        run.steps = [Step(CHECK, f"against {run.options.label}", FAIL,
-                          f"not comparable: the engine's vocabulary is {vocab} (eos {eos}), the independent answers "
-                          f"were made for {ref_vocab} (eos {ref_eos}): another model")]
+        run.steps = [
+            Step(
+                CHECK,
+                f"against {run.options.label}",
+                FAIL,
+                f"not comparable: the engine's vocabulary is {vocab} (eos {eos}), the independent answers "
+                f"were made for {ref_vocab} (eos {ref_eos}): another model",
+            )
+        ]
         return
     ctx = run.info.get("ctx")
     longest = max(len(e.prompt) for e in run.expected)
     if ctx and longest + tokens >= ctx:
-        raise GateError(f"answers: the longest prompt ({longest} tokens) and {tokens} answer tokens do not fit the "
-                        f"engine's context of {ctx}: start it with a larger --ctx")
+        raise GateError(
+            f"answers: the longest prompt ({longest} tokens) and {tokens} answer tokens do not fit the "
+            f"engine's context of {ctx}: start it with a larger --ctx"
+        )
 
 
 def _ok(answer: Completion) -> Completion:
@@ -115,6 +137,7 @@ def _together(run: AnswersRun, client: EngineClient, tokens: int) -> None:
     order = [first] + [e.name for e in sorted(run.expected, key=lambda e: len(e.prompt)) if e.name != first]
     tasks: dict[str, StreamTask] = {}
     try:
+
         def start(name: str) -> None:
             rid = request_id("together", name, run.nonce)
             tasks[name] = client.task(name, rid, by_name[name].prompt, tokens).start()
@@ -123,7 +146,9 @@ def _together(run: AnswersRun, client: EngineClient, tokens: int) -> None:
         first_id = tasks[order[0]].result.request_id
         deadline = time.monotonic() + min(run.options.phase_timeout, 120.0)
         while watcher.available and time.monotonic() < deadline and not tasks[order[0]].first_token.is_set():
-            if watcher.wait_for(lambda e: e.get("request_id") == first_id and e.get("kind") in ("READ_START", "PIECE"), 0.2):
+            if watcher.wait_for(
+                lambda e: e.get("request_id") == first_id and e.get("kind") in ("READ_START", "PIECE"), 0.2
+            ):
                 break
         for name in order[1:]:
             start(name)
@@ -143,8 +168,13 @@ def _together(run: AnswersRun, client: EngineClient, tokens: int) -> None:
 
 def judge(run: AnswersRun) -> list[Step]:
     build = run.target.name if run.target.name != "engine" else None
-    steps = [step for phase in PHASES if phase in run.answers for e in run.expected
-             for step in (_equal(run, phase, e), _close(run, phase, e))]
+    steps = [
+        step
+        for phase in PHASES
+        if phase in run.answers
+        for e in run.expected
+        for step in (_equal(run, phase, e), _close(run, phase, e))
+    ]
     if "together" in run.answers:
         ids = {name: c.request_id for name, c in run.answers["together"].items()}
         steps.append(_what_happened(run, ids))
@@ -156,20 +186,33 @@ def _equal(run: AnswersRun, phase: str, expected: Expected) -> Step:
     answer = run.answers[phase][expected.name]
     step = f"{expected.name} {phase} == {run.options.label}"
     how = f"expected: {made_by(run.reference)}"
-    diff = compare_answers(left_name=f"engine ({phase})", left=answer, right_name=run.options.label, right=expected,
-                           near_tie=run.options.near_tie)
+    diff = compare_answers(
+        left_name=f"engine ({phase})",
+        left=answer,
+        right_name=run.options.label,
+        right=expected,
+        near_tie=run.options.near_tie,
+    )
     if diff is None:
         return Step(CHECK, step, PASS, f"{len(answer.token_ids)} tokens equal ({len(expected.prompt)}-token prompt)")
-    evidence = [f"request {expected.name} ({answer.request_id}), {len(expected.prompt)}-token prompt: {diff.describe()}",
-                f"engine tokens {diff.index}..: {answer.token_ids[diff.index:diff.index + 8]}",
-                f"{run.options.label} tokens {diff.index}..: {expected.token_ids[diff.index:diff.index + 8]}", how]
+    evidence = [
+        f"request {expected.name} ({answer.request_id}), {len(expected.prompt)}-token prompt: {diff.describe()}",
+        f"engine tokens {diff.index}..: {answer.token_ids[diff.index : diff.index + 8]}",
+        f"{run.options.label} tokens {diff.index}..: {expected.token_ids[diff.index : diff.index + 8]}",
+        how,
+    ]
     if phase == "together" and run.events is not None:
         when = answer.times[diff.index] if diff.index < len(answer.times) else None
         mapped = (lambda e: e["t"] + run.offset) if run.offset is not None else None
         evidence.append(place_to_look(run.events, when, mapped, lambda t: f"+{t - run.t0:.3f} s"))
     label = {"near-tie": " (near-tie)", "wrong token": f" (wrong token: {', '.join(diff.wrong)})"}.get(diff.kind, "")
-    return Step(CHECK, step, FAIL, f"request {expected.name} differs from the {run.options.label} answer at token "
-                f"{diff.index}{label}", tuple(evidence))
+    return Step(
+        CHECK,
+        step,
+        FAIL,
+        f"request {expected.name} differs from the {run.options.label} answer at token {diff.index}{label}",
+        tuple(evidence),
+    )
 
 
 def _close(run: AnswersRun, phase: str, expected: Expected) -> Step:
@@ -183,9 +226,16 @@ def _close(run: AnswersRun, phase: str, expected: Expected) -> Step:
     if delta.largest <= tol:
         margin = f", {tol / delta.largest:.0f}x the difference" if delta.largest > 0 else ""
         return Step(CHECK, step, PASS, f"{where} (tolerance {tol:g}{margin})")
-    return Step(CHECK, step, FAIL, f"request {expected.name}: the same tokens from other numbers: {where}, over the "
-                f"tolerance {tol:g}", (f"request {expected.name} ({answer.request_id}): engine logprob "
-                f"{answer.logprobs[delta.index]:.6f}, {run.options.label} {expected.logprobs[delta.index]:.6f}",))
+    return Step(
+        CHECK,
+        step,
+        FAIL,
+        f"request {expected.name}: the same tokens from other numbers: {where}, over the tolerance {tol:g}",
+        (
+            f"request {expected.name} ({answer.request_id}): engine logprob "
+            f"{answer.logprobs[delta.index]:.6f}, {run.options.label} {expected.logprobs[delta.index]:.6f}",
+        ),
+    )
 
 
 def _what_happened(run: AnswersRun, ids: dict[str, str]) -> Step:
@@ -199,8 +249,15 @@ def _what_happened(run: AnswersRun, ids: dict[str, str]) -> Step:
         yields = [e for e in mine if e.get("kind") == "YIELDED"]
         resumes = [e for e in mine if e.get("kind") == "RESUME"]
         gave_way += len(yields)
-        lines.append(f"{name}: {len(pieces)} pieces, gave way {len(yields)}x"
-                     + "".join(f" (at {y.get('tokens_read')} to {y.get('to')})" for y in yields)
-                     + f", resumed {len(resumes)}x" + "".join(f" (at {r.get('tokens_read')})" for r in resumes))
-    summary = f"{gave_way} give-way(s)" if gave_way else "no read gave way (an engine that reads each prompt in one run never does)"
+        lines.append(
+            f"{name}: {len(pieces)} pieces, gave way {len(yields)}x"
+            + "".join(f" (at {y.get('tokens_read')} to {y.get('to')})" for y in yields)
+            + f", resumed {len(resumes)}x"
+            + "".join(f" (at {r.get('tokens_read')})" for r in resumes)
+        )
+    summary = (
+        f"{gave_way} give-way(s)"
+        if gave_way
+        else "no read gave way (an engine that reads each prompt in one run never does)"
+    )
     return Step(CHECK, "together: how the reads went", INFO, summary, tuple(lines))

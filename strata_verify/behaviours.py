@@ -7,6 +7,7 @@ and the steps that exist only to see them become NOT_APPLICABLE instead of NOT_E
 declaration. Nothing else changes: an equality check never depends on a declaration, and a step that
 fails (a wrong token, a resumed read at the wrong offset) fails whatever was declared.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

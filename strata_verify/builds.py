@@ -6,6 +6,7 @@ generated, since they decode until the gate stops them); with independent answer
 match them. A step a build is documented not to take (the release's give-way: it reads each prompt
 in one pipelined run) is reported as info for that build instead of failing it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,13 +32,20 @@ class BuildsRun:
     steps: list[Step] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"interleave": {k: v.to_dict() for k, v in self.interleave.items()},
-                "determinism": {k: v.to_dict() for k, v in self.determinism.items()},
-                "answers": {k: v.to_dict() for k, v in self.answers.items()}}
+        return {
+            "interleave": {k: v.to_dict() for k, v in self.interleave.items()},
+            "determinism": {k: v.to_dict() for k, v in self.determinism.items()},
+            "answers": {k: v.to_dict() for k, v in self.answers.items()},
+        }
 
 
-def run_builds(targets: list[Target], interleave: InterleaveOptions | None,
-               determinism: DeterminismOptions | None, on_step=None, answers: tuple | None = None) -> BuildsRun:
+def run_builds(
+    targets: list[Target],
+    interleave: InterleaveOptions | None,
+    determinism: DeterminismOptions | None,
+    on_step=None,
+    answers: tuple | None = None,
+) -> BuildsRun:
     """Run the chosen checks for every build, then compare each build with the first.
 
     `answers` is (independent file metadata, expected answers, AnswersOptions), or None to skip."""
@@ -78,9 +86,15 @@ def documented_not_taken(step: Step, info: dict[str, Any]) -> Step:
     one_run = engine_has_pieces(info) is False and int(info.get("batch_groups") or 1) > 1
     if step.name != GIVE_WAY or step.status != NOT_EXERCISED or not one_run:
         return step
-    return Step(step.check, step.name, INFO, "not taken by this build: it reads each prompt in one pipelined run "
-                "(batch_groups > 1, no piece size), which never gives way (docs/VERIFY.md); " + step.reason,
-                step.evidence, step.build)
+    return Step(
+        step.check,
+        step.name,
+        INFO,
+        "not taken by this build: it reads each prompt in one pipelined run "
+        "(batch_groups > 1, no piece size), which never gives way (docs/VERIFY.md); " + step.reason,
+        step.evidence,
+        step.build,
+    )
 
 
 def _emit(out: BuildsRun, steps: list[Step], on_step) -> None:
@@ -103,8 +117,15 @@ def _compare_determinism(left: DeterminismRun, right: DeterminismRun, pair: str)
             steps.append(Step(CHECK, f"{name} same answer ({pair})", PASS, f"sha256 {ha}", evidence))
             continue
         diff = compare_answers(left_name=left.target.name, left=a, right_name=right.target.name, right=b)
-        steps.append(Step(CHECK, f"{name} same answer ({pair})", FAIL, f"answers differ at token {diff.index}",
-                          evidence + (diff.describe(),)))
+        steps.append(
+            Step(
+                CHECK,
+                f"{name} same answer ({pair})",
+                FAIL,
+                f"answers differ at token {diff.index}",
+                evidence + (diff.describe(),),
+            )
+        )
     return steps
 
 
@@ -120,16 +141,32 @@ def _compare_interleave(left: InterleaveRun, right: InterleaveRun, pair: str, ph
     """Each request's `phase` ("solo" or "interleaved") answer in both builds."""
     steps = []
     if left.prompts != right.prompts:
-        return [Step(CHECK, f"interleave {phase} answers ({pair})", FAIL,
-                     "the builds got different prompts (different vocab_size or eos id): answers not comparable")]
+        return [
+            Step(
+                CHECK,
+                f"interleave {phase} answers ({pair})",
+                FAIL,
+                "the builds got different prompts (different vocab_size or eos id): answers not comparable",
+            )
+        ]
     for name in NAMES:
         a, b = getattr(left, phase)[name], getattr(right, phase)[name]
-        length = min(len(a.token_ids), len(b.token_ids)) if name in ("A", "B") else max(len(a.token_ids), len(b.token_ids))
-        diff = compare_answers(left_name=left.target.name, left=_Prefix(a, length),
-                               right_name=right.target.name, right=_Prefix(b, length))
+        length = (
+            min(len(a.token_ids), len(b.token_ids)) if name in ("A", "B") else max(len(a.token_ids), len(b.token_ids))
+        )
+        diff = compare_answers(
+            left_name=left.target.name, left=_Prefix(a, length), right_name=right.target.name, right=_Prefix(b, length)
+        )
         if diff is None:
             steps.append(Step(CHECK, f"{name} same {phase} answer ({pair})", PASS, f"{length} tokens equal"))
         else:
-            steps.append(Step(CHECK, f"{name} same {phase} answer ({pair})", FAIL,
-                              f"answers differ at token {diff.index}", (diff.describe(),)))
+            steps.append(
+                Step(
+                    CHECK,
+                    f"{name} same {phase} answer ({pair})",
+                    FAIL,
+                    f"answers differ at token {diff.index}",
+                    (diff.describe(),),
+                )
+            )
     return steps

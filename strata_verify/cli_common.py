@@ -3,6 +3,7 @@
 ends the run with one FAIL step naming what is wrong with it, and `finish`, which prints the report as text
 or markdown, writes JUnit and JSON, and exits with its status.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,25 @@ from strata_verify.report import FAIL, Report, Step
 
 
 def output_options(fn):
-    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write raw results and the verdict as JSON.")(fn)
+    fn = click.option(
+        "--json", "json_path", type=click.Path(dir_okay=False), help="Write raw results and the verdict as JSON."
+    )(fn)
     fn = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write JUnit XML for CI.")(fn)
     fn = click.option("--markdown", is_flag=True, help="Print markdown (for a PR comment) instead of text.")(fn)
-    fn = click.option("--start-timeout", type=float, default=300.0, show_default=True, help="Seconds an engine may take to become ready.")(fn)
-    fn = click.option("--near-tie", type=float, default=NEAR_TIE, show_default=True, help="Top-2 logprob margin under which a difference is named a near-tie.")(fn)
+    fn = click.option(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        show_default=True,
+        help="Seconds an engine may take to become ready.",
+    )(fn)
+    fn = click.option(
+        "--near-tie",
+        type=float,
+        default=NEAR_TIE,
+        show_default=True,
+        help="Top-2 logprob margin under which a difference is named a near-tie.",
+    )(fn)
     return fn
 
 
@@ -48,8 +63,16 @@ def finish(report: Report, markdown: bool, junit_path: str | None, json_path: st
     sys.exit(report.exit_code)
 
 
-def load_or_fail(load: Callable[[str], Any], path: str, check: str, title: str, report: Report, markdown: bool,
-                 junit_path: str | None, json_path: str | None) -> Any:
+def load_or_fail(
+    load: Callable[[str], Any],
+    path: str,
+    check: str,
+    title: str,
+    report: Report,
+    markdown: bool,
+    junit_path: str | None,
+    json_path: str | None,
+) -> Any:
     """`load(path)`; a file it cannot compare against (ManifestError) is the report's one FAIL step, `check`:
     `title`, and the run finishes there."""
     try:
@@ -59,8 +82,16 @@ def load_or_fail(load: Callable[[str], Any], path: str, check: str, title: str, 
         finish(report, markdown, junit_path, json_path, {})
 
 
-def run_check(report: Report, message: str, check: Callable[[], Any], markdown: bool, junit_path: str | None,
-              json_path: str | None, then: Callable[[Any], None] | None = None, add_steps: bool = True) -> NoReturn:
+def run_check(
+    report: Report,
+    message: str,
+    check: Callable[[], Any],
+    markdown: bool,
+    junit_path: str | None,
+    json_path: str | None,
+    then: Callable[[Any], None] | None = None,
+    add_steps: bool = True,
+) -> NoReturn:
     """Say `message`, run `check()` and time it: its run's steps go into the report (add_steps=False: the check
     added them as they came), `then(run)` adds what the run says about itself, a GateError becomes the report's
     gate error; then `finish` with the run's raw results ({} when the gate could not run)."""

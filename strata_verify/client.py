@@ -10,6 +10,7 @@ Two variants of the same body: `Sampling` (temperature > 0 with a seed, top-p; t
 check) and `whole()` (the same request not streamed: one JSON response, read by the same wire parser, so
 stream and non-stream answers compare field for field).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,15 @@ def facts(server: ServerInfo) -> dict[str, Any]:
     """What the checks read about a server: Strata's GET /v1/engine as served, else the probed facts."""
     if server.family is STRATA and server.engine:
         return {"family": STRATA.name, **server.engine}
-    return {"family": server.family_name, "model": server.model, "vocab_size": server.vocab_size,
-            "eos_token_id": server.eos_token_id, "ctx": server.ctx, "batch": server.slots,
-            "server": server.engine or {}}
+    return {
+        "family": server.family_name,
+        "model": server.model,
+        "vocab_size": server.vocab_size,
+        "eos_token_id": server.eos_token_id,
+        "ctx": server.ctx,
+        "batch": server.slots,
+        "server": server.engine or {},
+    }
 
 
 class EngineClient:
@@ -98,33 +105,57 @@ class EngineClient:
         if answer.error:
             raise GateError(f"the server's first completion failed ({self.server.describe()}): {answer.error}")
         if not answer.token_ids and not answer.text:
-            raise GateError(f"the server's first completion returned neither token ids nor text ({self.server.describe()})")
+            raise GateError(
+                f"the server's first completion returned neither token ids nor text ({self.server.describe()})"
+            )
         return info
 
-    def payload(self, prompt: list[int] | str, max_tokens: int, cold: bool = True,
-                sampling: Sampling | None = None) -> dict[str, Any]:
+    def payload(
+        self, prompt: list[int] | str, max_tokens: int, cold: bool = True, sampling: Sampling | None = None
+    ) -> dict[str, Any]:
         """The greedy body (seeded sampling with `sampling`); `cold=False` lets the server's prefix cache serve it
         (the cache check's sessions)."""
-        body = self.family.request_body(prompt, max_tokens, model=self.server.model if self.server else None,
-                                        logprobs=2 if self.logprobs_ok else None, cold=cold)
+        body = self.family.request_body(
+            prompt,
+            max_tokens,
+            model=self.server.model if self.server else None,
+            logprobs=2 if self.logprobs_ok else None,
+            cold=cold,
+        )
         if sampling is not None:
             body.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
         return body
 
-    def task(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int,
-             cold: bool = True, sampling: Sampling | None = None) -> "StreamTask":
+    def task(
+        self,
+        name: str,
+        request_id: str,
+        prompt: list[int] | str,
+        max_tokens: int,
+        cold: bool = True,
+        sampling: Sampling | None = None,
+    ) -> "StreamTask":
         family = self.family
         result = Completion(name=name, request_id=request_id, max_tokens=max_tokens)
-        return StreamTask(self.url, self.payload(prompt, max_tokens, cold, sampling), result, path=family.endpoint,
-                          wire=family.wire, headers=family.headers(request_id), timeout=self.request_timeout)
+        return StreamTask(
+            self.url,
+            self.payload(prompt, max_tokens, cold, sampling),
+            result,
+            path=family.endpoint,
+            wire=family.wire,
+            headers=family.headers(request_id),
+            timeout=self.request_timeout,
+        )
 
-    def complete(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int,
-                 sampling: Sampling | None = None) -> Completion:
+    def complete(
+        self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int, sampling: Sampling | None = None
+    ) -> Completion:
         """One completion, start to end, in this thread."""
         return self.task(name, request_id, prompt, max_tokens, sampling=sampling).run()
 
-    def whole(self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int,
-              sampling: Sampling | None = None) -> Completion:
+    def whole(
+        self, name: str, request_id: str, prompt: list[int] | str, max_tokens: int, sampling: Sampling | None = None
+    ) -> Completion:
         """The same request as `complete`, not streamed: one JSON response, parsed as one event of the family's
         wire form (all tokens share one arrival stamp). A failure is recorded in the Completion, never raised."""
         family = self.family
@@ -133,9 +164,12 @@ class EngineClient:
         result = Completion(name=name, request_id=request_id, max_tokens=max_tokens)
         result.sent_at = time.perf_counter()
         try:
-            response = httpx.post(self.url + family.endpoint, content=json.dumps(body).encode(),
-                                  headers={"Content-Type": "application/json", **family.headers(request_id)},
-                                  timeout=httpx.Timeout(self.request_timeout, connect=30.0))
+            response = httpx.post(
+                self.url + family.endpoint,
+                content=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", **family.headers(request_id)},
+                timeout=httpx.Timeout(self.request_timeout, connect=30.0),
+            )
         except httpx.HTTPError as exc:
             result.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             result.ended_by = "error"
@@ -143,8 +177,10 @@ class EngineClient:
         result.http_status = response.status_code
         result.ended_at = time.perf_counter()
         if response.status_code != 200:
-            result.error = f"HTTP {response.status_code} from POST {family.endpoint}: " \
-                           f"{error_body_detail(response.content) or '(empty body)'}"
+            result.error = (
+                f"HTTP {response.status_code} from POST {family.endpoint}: "
+                f"{error_body_detail(response.content) or '(empty body)'}"
+            )
         else:
             apply_event(result, response.text, result.ended_at, family.wire)
             if result.error is None and result.finish_reason is None:

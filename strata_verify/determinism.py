@@ -4,6 +4,7 @@ An answer's hash is SHA-256 over its generated token ids written as ASCII decima
 (`answer_hash`). Every prompt must hash the same in both runs; no answers, or an empty answer, fails.
 With `--url` both runs go to the one server (the report says it was not fresh).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,9 +56,18 @@ class DeterminismRun:
         return {name: answer_hash(c.token_ids) for name, c in self.runs[run_index].items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target.describe(), "engine": self.info, "tokens": self.options.tokens,
-                "runs": [{name: {"sha256": answer_hash(c.token_ids), "token_ids": c.token_ids, "text": c.text}
-                          for name, c in run.items()} for run in self.runs]}
+        return {
+            "target": self.target.describe(),
+            "engine": self.info,
+            "tokens": self.options.tokens,
+            "runs": [
+                {
+                    name: {"sha256": answer_hash(c.token_ids), "token_ids": c.token_ids, "text": c.text}
+                    for name, c in run.items()
+                }
+                for run in self.runs
+            ],
+        }
 
 
 def run_determinism(target: Target, options: DeterminismOptions) -> DeterminismRun:
@@ -89,19 +99,36 @@ def judge(run: DeterminismRun) -> list[Step]:
         answers = [r.get(name) for r in run.runs]
         if any(a is None or not a.token_ids for a in answers):
             counts = [0 if a is None else len(a.token_ids) for a in answers]
-            steps.append(Step(CHECK, f"{name} same in every run", FAIL, f"empty answer (tokens per run: {counts})", build=build))
+            steps.append(
+                Step(CHECK, f"{name} same in every run", FAIL, f"empty answer (tokens per run: {counts})", build=build)
+            )
             continue
         hashes = [answer_hash(a.token_ids) for a in answers]
-        evidence = [f"prompt {prompt!r}", *(f"run {i + 1}: sha256 {h} ({len(a.token_ids)} tokens)"
-                                            for i, (h, a) in enumerate(zip(hashes, answers)))]
+        evidence = [
+            f"prompt {prompt!r}",
+            *(f"run {i + 1}: sha256 {h} ({len(a.token_ids)} tokens)" for i, (h, a) in enumerate(zip(hashes, answers))),
+        ]
         if len(set(hashes)) == 1:
             evidence.append(fresh)
             steps.append(Step(CHECK, f"{name} same in every run", PASS, f"sha256 {hashes[0]}", tuple(evidence), build))
             continue
         bad = next(i for i, h in enumerate(hashes) if h != hashes[0])
-        diff = compare_answers(left_name="run 1", left=answers[0], right_name=f"run {bad + 1}", right=answers[bad],
-                               near_tie=run.options.near_tie)
+        diff = compare_answers(
+            left_name="run 1",
+            left=answers[0],
+            right_name=f"run {bad + 1}",
+            right=answers[bad],
+            near_tie=run.options.near_tie,
+        )
         evidence.append(diff.describe())
-        steps.append(Step(CHECK, f"{name} same in every run", FAIL,
-                          f"run 1 and run {bad + 1} differ at token {diff.index}", tuple(evidence), build))
+        steps.append(
+            Step(
+                CHECK,
+                f"{name} same in every run",
+                FAIL,
+                f"run 1 and run {bad + 1} differ at token {diff.index}",
+                tuple(evidence),
+                build,
+            )
+        )
     return steps

@@ -7,6 +7,7 @@ A difference is a **near-tie** only when, on both sides, the chosen token is tha
 and its top-2 margin is under `near_tie`; a side whose chosen token is not its own top-1 (or whose
 chosen logprob disagrees with its top-1's) is a **wrong token**, whatever the margins.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,16 +45,22 @@ class Side:
             return None, f"{self.name} gave no top logprobs"
         best_key, best_lp = self.top[0]
         if self.logprob is not None and self.logprob < best_lp - SAME_LOGPROB:
-            return False, (f"{self.name}'s chosen token has logprob {self.logprob:.6f}, below its own top-1 "
-                           f"{best_key!r} at {best_lp:.6f}: it is not its argmax")
+            return False, (
+                f"{self.name}'s chosen token has logprob {self.logprob:.6f}, below its own top-1 "
+                f"{best_key!r} at {best_lp:.6f}: it is not its argmax"
+            )
         if self.key is None:
             return None, f"{self.name} did not say which top-logprobs entry is its chosen token"
         if self.key != best_key:
-            return False, (f"{self.name}'s chosen token {self.key!r} is not its own top-1 {best_key!r} "
-                           f"(logprob {best_lp:.6f}): a token changed after it was chosen, or logprobs of another token")
+            return False, (
+                f"{self.name}'s chosen token {self.key!r} is not its own top-1 {best_key!r} "
+                f"(logprob {best_lp:.6f}): a token changed after it was chosen, or logprobs of another token"
+            )
         if self.logprob is not None and abs(self.logprob - best_lp) > SAME_LOGPROB:
-            return False, (f"{self.name}'s chosen-token logprob {self.logprob:.6f} disagrees with its own top-1 "
-                           f"entry {best_lp:.6f} for the same token")
+            return False, (
+                f"{self.name}'s chosen-token logprob {self.logprob:.6f} disagrees with its own top-1 "
+                f"entry {best_lp:.6f} for the same token"
+            )
         return True, f"{self.name} chose its own top-1"
 
     @property
@@ -136,29 +143,52 @@ class Divergence:
         if any(m is None for m in margins):
             return UNPROVEN, "not shown to be a near-tie: a side has fewer than two top candidates"
         swapped = _comparable(self.left, self.right) and not (
-            self.left.runner_up == self.right.key and self.right.runner_up == self.left.key)
+            self.left.runner_up == self.right.key and self.right.runner_up == self.left.key
+        )
         if swapped:
             return CLEAR, "not a near-tie: the two sides' top candidates are not the same pair swapped"
         if max(margins) < self.near_tie_threshold:
-            return NEAR, (f"near-tie: both sides chose their own top-1 with top-2 margins under "
-                          f"{self.near_tie_threshold:g}, so a rounding difference can flip the greedy choice")
-        return CLEAR, (f"not a near-tie: both sides chose their own top-1, margins {margins[0]:.6f} and "
-                       f"{margins[1]:.6f} (a near-tie needs both under {self.near_tie_threshold:g})")
+            return NEAR, (
+                f"near-tie: both sides chose their own top-1 with top-2 margins under "
+                f"{self.near_tie_threshold:g}, so a rounding difference can flip the greedy choice"
+            )
+        return CLEAR, (
+            f"not a near-tie: both sides chose their own top-1, margins {margins[0]:.6f} and "
+            f"{margins[1]:.6f} (a near-tie needs both under {self.near_tie_threshold:g})"
+        )
 
     def describe(self) -> str:
         if self.length_only:
-            return (f"{self.left.name} has {self.left.length} tokens, {self.right.name} {self.right.length}; "
-                    f"equal over the first {self.index}")
-        return (f"first differing token at index {self.index}: {self.left.describe()} vs {self.right.describe()}; "
-                f"{self._judge()[1]}")
+            return (
+                f"{self.left.name} has {self.left.length} tokens, {self.right.name} {self.right.length}; "
+                f"equal over the first {self.index}"
+            )
+        return (
+            f"first differing token at index {self.index}: {self.left.describe()} vs {self.right.describe()}; "
+            f"{self._judge()[1]}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         def side(s: Side) -> dict[str, Any]:
             ok, why = s.top1_verdict
-            return {"name": s.name, "token": s.token, "key": s.key, "logprob": s.logprob, "margin": s.margin,
-                    "length": s.length, "own_top1": ok, "why": why}
-        return {"index": self.index, "kind": self.kind, "near_tie": self.near_tie,
-                "left": side(self.left), "right": side(self.right)}
+            return {
+                "name": s.name,
+                "token": s.token,
+                "key": s.key,
+                "logprob": s.logprob,
+                "margin": s.margin,
+                "length": s.length,
+                "own_top1": ok,
+                "why": why,
+            }
+
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "near_tie": self.near_tie,
+            "left": side(self.left),
+            "right": side(self.right),
+        }
 
 
 def _comparable(left: Side, right: Side) -> bool:
@@ -167,8 +197,9 @@ def _comparable(left: Side, right: Side) -> bool:
     return type(None) not in kinds and len(kinds) == 1
 
 
-def compare_answers(*, left_name: str, left: Any, right_name: str, right: Any,
-                    near_tie: float = NEAR_TIE) -> Divergence | None:
+def compare_answers(
+    *, left_name: str, left: Any, right_name: str, right: Any, near_tie: float = NEAR_TIE
+) -> Divergence | None:
     """None when both answers have the same token ids; else where they differ, and of what kind."""
     index = first_difference(left.token_ids, right.token_ids)
     if index is None:

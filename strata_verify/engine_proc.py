@@ -4,6 +4,7 @@ The process itself is the shared launcher's (strata_bench.engines.launcher: a fr
 `--host/--port` appended, health wait, stderr kept). `Launch` turns a start failure or a failed request
 into a `GateError` that names the build (in `builds`), the engine's exit status and its last stderr lines.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,13 +57,15 @@ class Launch:
 
     def __enter__(self) -> "Launch":
         if self.target.command is not None:
-            self.proc = EngineProcess(self.target.command, name=self.target.label,
-                                      start_timeout=self.target.start_timeout)
+            self.proc = EngineProcess(
+                self.target.command, name=self.target.label, start_timeout=self.target.start_timeout
+            )
             try:
                 self.url = self.proc.start()
             except LaunchError as exc:
-                raise GateError(f"{self.target.label} could not run: {str(exc).splitlines()[0]}",
-                                exc.stderr_tail) from exc
+                raise GateError(
+                    f"{self.target.label} could not run: {str(exc).splitlines()[0]}", exc.stderr_tail
+                ) from exc
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

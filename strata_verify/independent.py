@@ -6,6 +6,7 @@ from, their SHA-256, the expected token ids and, per position, the chosen logpro
 candidates by id. `load(path)` refuses a file that cannot be compared against (ManifestError);
 `prompt_ids` rebuilds a prompt from its name, length and attempt, so no prompt text is stored.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,9 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[Expected]]:
     """The file's metadata and its answers with rebuilt prompts; ManifestError naming what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ManifestError(f"independent answers {path} do not exist (make them with scripts/make_independent_answers.py)")
+        raise ManifestError(
+            f"independent answers {path} do not exist (make them with scripts/make_independent_answers.py)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8") or "null")
     except json.JSONDecodeError as exc:
@@ -75,10 +78,20 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[Expected]]:
             raise ManifestError(f"{path}: answer {name}'s token ids do not match its tokens/sha256 (edited by hand?)")
         prompt = prompt_ids(name, length, vocab, eos, attempt)
         if answer_hash(prompt) != entry.get("prompt_sha256"):
-            raise ManifestError(f"{path}: prompt {name} rebuilt from its seed hashes differently than when the answers "
-                                "were made (the prompt generator changed): regenerate the answers")
-        answers.append(Expected(name, prompt, ids, list(entry.get("logprobs") or []), list(entry.get("top_ids") or []),
-                                entry.get("min_margin")))
+            raise ManifestError(
+                f"{path}: prompt {name} rebuilt from its seed hashes differently than when the answers "
+                "were made (the prompt generator changed): regenerate the answers"
+            )
+        answers.append(
+            Expected(
+                name,
+                prompt,
+                ids,
+                list(entry.get("logprobs") or []),
+                list(entry.get("top_ids") or []),
+                entry.get("min_margin"),
+            )
+        )
     if len({a.name for a in answers}) != len(answers):
         raise ManifestError(f"{path}: answer names must be unique")
     return data, answers
@@ -87,5 +100,7 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[Expected]]:
 def made_by(data: dict[str, Any]) -> str:
     """One line saying how the expected answers were made."""
     how = data.get("made_by") or {}
-    return (f"{how.get('implementation', '?')}, {how.get('dtype', '?')}; {how.get('method', '?')}; "
-            f"weights sha256 {str(how.get('weights_sha256', '?'))[:16]}...")
+    return (
+        f"{how.get('implementation', '?')}, {how.get('dtype', '?')}; {how.get('method', '?')}; "
+        f"weights sha256 {str(how.get('weights_sha256', '?'))[:16]}..."
+    )

@@ -4,6 +4,7 @@ A failed or not-exercised step is a <failure> whose message is the step's reason
 its evidence; an `info` step passes with its text in <system-out>; a gate that could not run is one
 <error> testcase carrying the engine's last stderr lines.
 """
+
 from __future__ import annotations
 
 import re

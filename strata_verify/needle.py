@@ -9,6 +9,7 @@ naming the request and the first differing token). Its logprobs must be bitwise 
 batch invariance (`/v1/engine` `batch_invariant`); elsewhere the largest difference is info. The seed is in
 the report, so a failure reruns with `--seed`.
 """
+
 from __future__ import annotations
 
 import random
@@ -69,9 +70,13 @@ class NeedleRun:
     steps: list[Step] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target.describe(), "engine": self.info, "seed": self.options.seed,
-                "solo": self.solo.token_ids if self.solo else None,
-                "batches": [{"size": n, "place": at, "token_ids": c.token_ids} for n, at, c in self.batches]}
+        return {
+            "target": self.target.describe(),
+            "engine": self.info,
+            "seed": self.options.seed,
+            "solo": self.solo.token_ids if self.solo else None,
+            "batches": [{"size": n, "place": at, "token_ids": c.token_ids} for n, at, c in self.batches],
+        }
 
 
 def run_needle(target: Target, options: NeedleOptions) -> NeedleRun:
@@ -91,11 +96,14 @@ def run_needle(target: Target, options: NeedleOptions) -> NeedleRun:
             tasks = []
             for i in range(n):
                 if i == place:
-                    tasks.append(client.task("needle", request_id("needle", "needle", f"in{n}at{i}"), needle, options.tokens))
+                    tasks.append(
+                        client.task("needle", request_id("needle", "needle", f"in{n}at{i}"), needle, options.tokens)
+                    )
                 else:
                     filler = random_prompt(f"filler|{options.seed}|{n}|{i}", options.filler_tokens, vocab, eos)
-                    tasks.append(client.task(f"filler{i}", request_id("needle", f"filler{i}", f"in{n}"), filler,
-                                             options.tokens))
+                    tasks.append(
+                        client.task(f"filler{i}", request_id("needle", f"filler{i}", f"in{n}"), filler, options.tokens)
+                    )
             for task in tasks:
                 task.start()
             answers = [_checked(task.join(options.request_timeout)) for task in tasks]
@@ -111,20 +119,33 @@ def _checked(answer: Completion) -> Completion:
 
 
 def judge(run: NeedleRun) -> list[Step]:
-    return [step for n, place, answer in run.batches for step in (_equal(run, n, place, answer), _close(run, n, answer))]
+    return [
+        step for n, place, answer in run.batches for step in (_equal(run, n, place, answer), _close(run, n, answer))
+    ]
 
 
 def _equal(run: NeedleRun, n: int, place: int, answer: Completion) -> Step:
     step = f"needle among {n} == solo"
-    where = f"place {place + 1} of {n} (seed {run.options.seed}), {run.options.needle_tokens}-token needle among " \
-            f"{run.options.filler_tokens}-token fillers"
-    diff = compare_answers(left_name=f"among {n}", left=answer, right_name="solo", right=run.solo,
-                           near_tie=run.options.near_tie)
+    where = (
+        f"place {place + 1} of {n} (seed {run.options.seed}), {run.options.needle_tokens}-token needle among "
+        f"{run.options.filler_tokens}-token fillers"
+    )
+    diff = compare_answers(
+        left_name=f"among {n}", left=answer, right_name="solo", right=run.solo, near_tie=run.options.near_tie
+    )
     if diff is None:
         return Step(CHECK, step, PASS, f"{len(answer.token_ids)} tokens equal at {where}")
-    return Step(CHECK, step, FAIL, f"request {answer.request_id} differs from the needle alone at token {diff.index}",
-                (f"{where}: {diff.describe()}", f"among {n}, tokens {diff.index}..: {answer.token_ids[diff.index:diff.index + 8]}",
-                 f"alone, tokens {diff.index}..: {run.solo.token_ids[diff.index:diff.index + 8]}"))
+    return Step(
+        CHECK,
+        step,
+        FAIL,
+        f"request {answer.request_id} differs from the needle alone at token {diff.index}",
+        (
+            f"{where}: {diff.describe()}",
+            f"among {n}, tokens {diff.index}..: {answer.token_ids[diff.index : diff.index + 8]}",
+            f"alone, tokens {diff.index}..: {run.solo.token_ids[diff.index : diff.index + 8]}",
+        ),
+    )
 
 
 def _close(run: NeedleRun, n: int, answer: Completion) -> Step:
@@ -135,7 +156,14 @@ def _close(run: NeedleRun, n: int, answer: Completion) -> Step:
     summary = f"largest |difference| {delta.largest:.3g} at token {delta.index} over {delta.compared} tokens"
     if _fact(run.info, "batch_invariant") is True:
         if not delta.bitwise_equal:
-            return Step(CHECK, step, FAIL, f"request {answer.request_id}: the engine claims batch invariance but "
-                        f"the needle's logprobs moved: {summary}")
-        return Step(CHECK, step, PASS, f"bitwise equal over {delta.compared} tokens (the engine claims batch invariance)")
+            return Step(
+                CHECK,
+                step,
+                FAIL,
+                f"request {answer.request_id}: the engine claims batch invariance but "
+                f"the needle's logprobs moved: {summary}",
+            )
+        return Step(
+            CHECK, step, PASS, f"bitwise equal over {delta.compared} tokens (the engine claims batch invariance)"
+        )
     return Step(CHECK, step, INFO, f"{summary}; not required bitwise (the engine does not claim batch invariance)")

@@ -6,6 +6,7 @@ event came last before a given token.
 add up (`tokens_read` = the previous one's + `tokens`). `place_to_look(...)` names the scheduler
 event closest before a token's arrival: where to start reading the log when that token is wrong.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
@@ -38,20 +39,26 @@ def resume_problems(events: Iterable[dict[str, Any]], request_id: str) -> tuple[
             if parked_at is None:
                 problems.append(f"RESUME tokens_read={tokens_read} without a YIELDED before it")
             elif tokens_read != parked_at:
-                skipped = (tokens_read - parked_at) if isinstance(tokens_read, int) and isinstance(parked_at, int) else "?"
-                problems.append(f"YIELDED at {parked_at} tokens, then RESUME tokens_read={tokens_read}: "
-                                f"the resumed read does not start where it gave way ({skipped} tokens apart)")
+                skipped = (
+                    (tokens_read - parked_at) if isinstance(tokens_read, int) and isinstance(parked_at, int) else "?"
+                )
+                problems.append(
+                    f"YIELDED at {parked_at} tokens, then RESUME tokens_read={tokens_read}: "
+                    f"the resumed read does not start where it gave way ({skipped} tokens apart)"
+                )
             parked_at = None
         elif kind == "PIECE" and isinstance(tokens_read, int) and isinstance(event.get("tokens"), int):
             if tokens_read != read_so_far + event["tokens"]:
-                problems.append(f"PIECE of {event['tokens']} tokens after {read_so_far} read reports "
-                                f"tokens_read={tokens_read}")
+                problems.append(
+                    f"PIECE of {event['tokens']} tokens after {read_so_far} read reports tokens_read={tokens_read}"
+                )
             read_so_far = tokens_read
     return problems, resumes
 
 
-def resume_step(check: str, events: Sequence[dict[str, Any]] | None, requests: dict[str, str],
-                build: str | None = None) -> Step:
+def resume_step(
+    check: str, events: Sequence[dict[str, Any]] | None, requests: dict[str, str], build: str | None = None
+) -> Step:
     """One step over every named request (name -> request id): FAIL naming each request whose resumed
     read starts elsewhere than it yielded; INFO when no read was parked (nothing to check)."""
     name = "resume offsets"
@@ -68,15 +75,20 @@ def resume_step(check: str, events: Sequence[dict[str, Any]] | None, requests: d
             evidence.append(f"request {label} ({rid}): {problem}")
     if failed:
         names = ", ".join(dict.fromkeys(failed))
-        return Step(check, name, FAIL, f"request {names}: a read resumed (or a piece ended) at the wrong offset",
-                    tuple(evidence), build)
+        return Step(
+            check,
+            name,
+            FAIL,
+            f"request {names}: a read resumed (or a piece ended) at the wrong offset",
+            tuple(evidence),
+            build,
+        )
     if not checked:
         return Step(check, name, INFO, "no read was parked and resumed: nothing to check", tuple(evidence), build)
     return Step(check, name, PASS, f"{checked} resumed read(s) started where they gave way", tuple(evidence), build)
 
 
-def place_to_look(events: Sequence[dict[str, Any]], when: float | None, mapped=None,
-                  rel=lambda t: f"{t:.3f} s") -> str:
+def place_to_look(events: Sequence[dict[str, Any]], when: float | None, mapped=None, rel=lambda t: f"{t:.3f} s") -> str:
     """The last scheduler decision at or before gate-clock time `when` (a token's arrival).
 
     An event's gate-clock time is its arrival on the live feed, else `mapped(event)` (engine time
@@ -96,7 +108,12 @@ def place_to_look(events: Sequence[dict[str, Any]], when: float | None, mapped=N
             best, best_t = event, t
     if best is None:
         return f"place to look: no engine event before the token (arrived {rel(when)})"
-    fields = " ".join(f"{k}={best[k]}" for k in ("slot", "tokens", "tokens_read", "to", "decode_steps", "budget_ms")
-                      if best.get(k) is not None)
-    return (f"place to look: the engine's last event before that token (arrived {rel(when)}) was "
-            f"{best['kind']} of {best.get('request_id') or '?'} at {rel(best_t)} ({fields})")
+    fields = " ".join(
+        f"{k}={best[k]}"
+        for k in ("slot", "tokens", "tokens_read", "to", "decode_steps", "budget_ms")
+        if best.get(k) is not None
+    )
+    return (
+        f"place to look: the engine's last event before that token (arrived {rel(when)}) was "
+        f"{best['kind']} of {best.get('request_id') or '?'} at {rel(best_t)} ({fields})"
+    )

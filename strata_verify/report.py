@@ -5,6 +5,7 @@ never fail; `not applicable` marks a step for a behaviour the engine is declared
 fails either); 1 when any step failed or was not exercised; 2 when the gate could not run.
 A step whose interleaving did not happen is NOT_EXERCISED, which fails like a wrong answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,14 @@ class Report:
         return {status: sum(1 for s in self.steps if s.status == status) for status in STATUSES}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "gate_error": self.gate_error,
-                "stderr_tail": self.stderr_tail, "meta": self.meta, "steps": [asdict(s) for s in self.steps]}
+        return {
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "gate_error": self.gate_error,
+            "stderr_tail": self.stderr_tail,
+            "meta": self.meta,
+            "steps": [asdict(s) for s in self.steps],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
@@ -91,7 +98,13 @@ class Report:
         return "\n".join(lines)
 
     def render_markdown(self) -> str:
-        icon = {PASS: "✅", FAIL: "❌", NOT_EXERCISED: "⚠️ not exercised", INFO: "ℹ️", NOT_APPLICABLE: "➖ not applicable"}
+        icon = {
+            PASS: "✅",
+            FAIL: "❌",
+            NOT_EXERCISED: "⚠️ not exercised",
+            INFO: "ℹ️",
+            NOT_APPLICABLE: "➖ not applicable",
+        }
         out = [f"### strata-verify: {self.verdict}", ""]
         for key, value in self.meta.items():
             out.append(f"- {key}: `{value}`")
@@ -120,8 +133,10 @@ class Report:
     def _summary_line(self) -> str:
         c = self.counts()
         na = f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else ""
-        return (f"strata-verify: {self.verdict} ({c[PASS]} passed, {c[FAIL]} failed, {c[NOT_EXERCISED]} not exercised, "
-                f"{c[INFO]} info{na}; exit {self.exit_code})")
+        return (
+            f"strata-verify: {self.verdict} ({c[PASS]} passed, {c[FAIL]} failed, {c[NOT_EXERCISED]} not exercised, "
+            f"{c[INFO]} info{na}; exit {self.exit_code})"
+        )
 
 
 def _md(text: str) -> str:

@@ -4,6 +4,7 @@ Everything here is data, derived from a scale and a seed only, so two builds (or
 the same prompts. Prompt token ids are drawn from a seeded RNG over the engine's vocabulary, never
 the end-of-sequence id, so they need no tokenizer and equal ids reach the model on every build.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,7 @@ SAMPLED_PROMPT = 48
 # the manifest also records the prompt token ids' hash each build produced.
 DETERMINISM_PROMPTS: tuple[tuple[str, str], ...] = (
     ("p1", "The capital of France is"),
-    ("p2", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+    ("p2", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
     ("p3", "List three prime numbers greater than one hundred:"),
     ("p4", "In one sentence, explain why the sky is blue."),
     ("p5", "Translate to German: The cat sleeps on the warm windowsill."),
@@ -70,13 +71,21 @@ class InterleavePlan:
 
     def prompt_lengths(self) -> dict[str, int]:
         a, b = self.decoder_prompt_tokens
-        return {"A": a, "B": b, "C": self.long_tokens, "D": self.long_tokens, "E": self.short_tokens,
-                SAMPLED: SAMPLED_PROMPT}
+        return {
+            "A": a,
+            "B": b,
+            "C": self.long_tokens,
+            "D": self.long_tokens,
+            "E": self.short_tokens,
+            SAMPLED: SAMPLED_PROMPT,
+        }
 
     def prompts(self, vocab_size: int, eos_token_id: int | None) -> dict[str, list[int]]:
         """Token-id prompts for A-E and S; the same (scale, seed, vocab, eos) always gives the same ids."""
-        return {name: random_prompt(f"{self.seed}-{name}", length, vocab_size, eos_token_id)
-                for name, length in self.prompt_lengths().items()}
+        return {
+            name: random_prompt(f"{self.seed}-{name}", length, vocab_size, eos_token_id)
+            for name, length in self.prompt_lengths().items()
+        }
 
     def needed_ctx(self) -> int:
         return max(self.long_tokens + self.answer_tokens, SAMPLED_PROMPT + self.sampled_tokens) + 1

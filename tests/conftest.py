@@ -1,6 +1,7 @@
 """Fixtures every suite shares: llama.cpp's `llama-server` and the embedded model as GGUF, and vLLM's own
 server on the embedded model, for the tests against engines this project did not write (bench and verify
 alike); and thread stages for `auto`."""
+
 from __future__ import annotations
 
 import os

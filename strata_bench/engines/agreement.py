@@ -7,6 +7,7 @@ server's POST /tokenize of a probe text (ASCII, multi-byte UTF-8, tabs and newli
 ours gives. Then the vocabulary and eos id are that directory's config.json, which the server read too.
 Otherwise the server gets text, and `reason` says why.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,12 @@ class Agreement:
     eos_token_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"agrees": self.agrees, "reason": self.reason, "vocab_size": self.vocab_size,
-                "eos_token_id": self.eos_token_id}
+        return {
+            "agrees": self.agrees,
+            "reason": self.reason,
+            "vocab_size": self.vocab_size,
+            "eos_token_id": self.eos_token_id,
+        }
 
 
 def local_model_dir(*names: str | None) -> Path | None:
@@ -47,14 +52,18 @@ def local_model_dir(*names: str | None) -> Path | None:
     return None
 
 
-def check_agreement(label: str, names: tuple[str | None, ...],
-                    server_tokenize: Callable[[str], list[int] | None]) -> Agreement:
+def check_agreement(
+    label: str, names: tuple[str | None, ...], server_tokenize: Callable[[str], list[int] | None]
+) -> Agreement:
     """Ask the server to tokenize PROBE_TEXT and compare with our tokenizer of the model directory it names."""
     model_dir = local_model_dir(*names)
     if model_dir is None:
         shown = ", ".join(repr(n) for n in names if n) or "none"
-        return Agreement(False, f"{label} serves a model ({shown}) that is not a directory on this machine, so its "
-                         "tokenizer cannot be compared with ours: text prompts")
+        return Agreement(
+            False,
+            f"{label} serves a model ({shown}) that is not a directory on this machine, so its "
+            "tokenizer cannot be compared with ours: text prompts",
+        )
     try:
         from strata_engine.model.tokenizer import load_tokenizer
         from strata_engine.model.weights import read_config
@@ -68,8 +77,15 @@ def check_agreement(label: str, names: tuple[str | None, ...],
         return Agreement(False, f"{label} did not answer POST /tokenize: text prompts")
     if theirs != ours:
         index = first_difference(theirs, ours)
-        return Agreement(False, f"{label}'s tokenizer differs from ours on a probe text at token {index} "
-                         f"(server {theirs[index:index + 4]}, ours {ours[index:index + 4]}): text prompts")
-    return Agreement(True, f"{label}'s POST /tokenize equals our tokenizer of {model_dir} on a {len(ours)}-token "
-                     f"probe (multi-byte UTF-8 included); vocabulary {config.vocab_size} from its config.json",
-                     config.vocab_size, config.eos_token_id)
+        return Agreement(
+            False,
+            f"{label}'s tokenizer differs from ours on a probe text at token {index} "
+            f"(server {theirs[index : index + 4]}, ours {ours[index : index + 4]}): text prompts",
+        )
+    return Agreement(
+        True,
+        f"{label}'s POST /tokenize equals our tokenizer of {model_dir} on a {len(ours)}-token "
+        f"probe (multi-byte UTF-8 included); vocabulary {config.vocab_size} from its config.json",
+        config.vocab_size,
+        config.eos_token_id,
+    )

@@ -5,6 +5,7 @@ other it is the shorter length (a missing token is a difference); None only when
 caller that compares over the tokens both sides received (a stream the bench closed early) cuts both
 to the common length first: `first_difference(a[:n], b[:n])`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence

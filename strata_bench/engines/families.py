@@ -6,6 +6,7 @@ fields that make temperature 0 truly greedy (neutral penalties, no top-k/top-p/m
 header it accepts, its tokenize endpoint, and how to keep a request off its prefix cache. `probe.py`
 decides which family a server is; `stream.py` sends `request_body(...)` and parses with `wire`.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -48,20 +49,41 @@ class Family:
         """The id the server will know the request by (None when it takes none)."""
         return self.headers(readable_id).get("X-Request-Id")
 
-    def request_body(self, prompt: list[int] | str, max_tokens: int, *, model: str | None = None,
-                     logprobs: int | None = None, cold: bool = False, warm: bool = False) -> dict[str, Any]:
+    def request_body(
+        self,
+        prompt: list[int] | str,
+        max_tokens: int,
+        *,
+        model: str | None = None,
+        logprobs: int | None = None,
+        cold: bool = False,
+        warm: bool = False,
+    ) -> dict[str, Any]:
         """A streaming greedy completion body in this family's words; `cold` keeps it off the server's prefix
         cache, `warm` asks for the cache where the family needs asking (agent sessions)."""
         if isinstance(prompt, list) and not self.ids_in:
             raise ValueError(f"{self.label} takes text prompts, not token ids")
         if self.wire == LLAMA_CPP_WIRE:
-            body: dict[str, Any] = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0, "stream": True,
-                                    **self.greedy, **self.extras}
+            body: dict[str, Any] = {
+                "prompt": prompt,
+                "n_predict": max_tokens,
+                "temperature": 0,
+                "stream": True,
+                **self.greedy,
+                **self.extras,
+            }
             if logprobs:
                 body["n_probs"] = logprobs
         else:
-            body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                    "stream_options": {"include_usage": True}, **self.greedy, **self.extras}
+            body = {
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                **self.greedy,
+                **self.extras,
+            }
             if logprobs:
                 body["logprobs"] = logprobs
             if model:
@@ -92,27 +114,70 @@ def wire_request_id(readable_id: str) -> str:
 _NEUTRAL_OPENAI = {"presence_penalty": 0, "frequency_penalty": 0, "top_p": 1}
 # llama.cpp's samplers: repeat penalty 1 (llama-cpp-python defaults to 1.1), no top-k/min-p/typical cut,
 # DRY and XTC off. With these, temperature 0 is the argmax of the model's logits.
-_NEUTRAL_LLAMA = {**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0, "typical_p": 1,
-                  "dry_multiplier": 0, "xtc_probability": 0}
+_NEUTRAL_LLAMA = {
+    **_NEUTRAL_OPENAI,
+    "repeat_penalty": 1.0,
+    "top_k": 0,
+    "min_p": 0,
+    "typical_p": 1,
+    "dry_multiplier": 0,
+    "xtc_probability": 0,
+}
 
 # Strata: its prompt cache takes vLLM's `cache_salt`, so the gate's solo runs are cold reads, not cache hits.
-STRATA = Family("strata", "Strata", ids_in=True, ids_out="return_token_ids", request_ids="readable",
-                greedy=dict(_NEUTRAL_OPENAI), extras={"ignore_eos": True}, events=True, cold_salt="cache_salt")
-LLAMA_CPP = Family("llama.cpp", "llama.cpp llama-server", endpoint="/completion", wire=LLAMA_CPP_WIRE, ids_in=True,
-                   ids_out="return_tokens", request_ids="none", greedy=dict(_NEUTRAL_LLAMA),
-                   extras={"ignore_eos": True}, tokenize="/tokenize", cold={"cache_prompt": False},
-                   warm={"cache_prompt": True})
+STRATA = Family(
+    "strata",
+    "Strata",
+    ids_in=True,
+    ids_out="return_token_ids",
+    request_ids="readable",
+    greedy=dict(_NEUTRAL_OPENAI),
+    extras={"ignore_eos": True},
+    events=True,
+    cold_salt="cache_salt",
+)
+LLAMA_CPP = Family(
+    "llama.cpp",
+    "llama.cpp llama-server",
+    endpoint="/completion",
+    wire=LLAMA_CPP_WIRE,
+    ids_in=True,
+    ids_out="return_tokens",
+    request_ids="none",
+    greedy=dict(_NEUTRAL_LLAMA),
+    extras={"ignore_eos": True},
+    tokenize="/tokenize",
+    cold={"cache_prompt": False},
+    warm={"cache_prompt": True},
+)
 # Its completion `prompt` is a string or a list of strings (no token ids); its tokenizer is /extras/tokenize.
-LLAMA_CPP_PYTHON = Family("llama-cpp-python", "llama-cpp-python server", ids_in=False, request_ids="uuid",
-                          greedy={**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0},
-                          tokenize="/extras/tokenize")
+LLAMA_CPP_PYTHON = Family(
+    "llama-cpp-python",
+    "llama-cpp-python server",
+    ids_in=False,
+    request_ids="uuid",
+    greedy={**_NEUTRAL_OPENAI, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0},
+    tokenize="/extras/tokenize",
+)
 # vLLM: prefix-cache hits in usage.prompt_tokens_details.cached_tokens when served with
 # --enable-prompt-tokens-details; `cache_salt` (a fresh one per request) keeps a request off cached blocks.
-VLLM = Family("vllm", "vLLM", ids_in=True, ids_out="return_token_ids", greedy={**_NEUTRAL_OPENAI, "top_k": -1,
-              "min_p": 0, "repetition_penalty": 1.0}, extras={"ignore_eos": True}, tokenize="/tokenize",
-              cold_salt="cache_salt")
-SGLANG = Family("sglang", "SGLang", ids_in=True, greedy={**_NEUTRAL_OPENAI, "top_k": -1, "min_p": 0,
-                "repetition_penalty": 1.0}, extras={"ignore_eos": True})
+VLLM = Family(
+    "vllm",
+    "vLLM",
+    ids_in=True,
+    ids_out="return_token_ids",
+    greedy={**_NEUTRAL_OPENAI, "top_k": -1, "min_p": 0, "repetition_penalty": 1.0},
+    extras={"ignore_eos": True},
+    tokenize="/tokenize",
+    cold_salt="cache_salt",
+)
+SGLANG = Family(
+    "sglang",
+    "SGLang",
+    ids_in=True,
+    greedy={**_NEUTRAL_OPENAI, "top_k": -1, "min_p": 0, "repetition_penalty": 1.0},
+    extras={"ignore_eos": True},
+)
 OPENAI = Family("openai", "OpenAI-compatible server", greedy=dict(_NEUTRAL_OPENAI))
 
 FAMILIES = {f.name: f for f in (STRATA, LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM, SGLANG, OPENAI)}

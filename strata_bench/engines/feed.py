@@ -6,6 +6,7 @@ follows `?follow=1` for the gate and notes when each event arrived, on the clien
 errs late by at most the feed's latency. Without a follow stream it polls `?since=N`. A server without
 the endpoint leaves `available` False: evidence must then come from token arrival times.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,11 @@ class EventWatcher:
     # -- queries -------------------------------------------------------------------------------
     def of(self, request_id: str | None, kind: str | None = None) -> list[dict[str, Any]]:
         with self._cond:
-            return [e for e in self.events
-                    if (request_id is None or e.get("request_id") == request_id) and (kind is None or e.get("kind") == kind)]
+            return [
+                e
+                for e in self.events
+                if (request_id is None or e.get("request_id") == request_id) and (kind is None or e.get("kind") == kind)
+            ]
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any] | None:
         deadline = time.perf_counter() + timeout
@@ -104,7 +108,11 @@ class EventWatcher:
     @property
     def offset(self) -> float | None:
         with self._cond:
-            gaps = [e["_arrived"] - e["t"] for e in self.events if e.get("_arrived") is not None and isinstance(e.get("t"), (int, float))]
+            gaps = [
+                e["_arrived"] - e["t"]
+                for e in self.events
+                if e.get("_arrived") is not None and isinstance(e.get("t"), (int, float))
+            ]
         return min(gaps) if gaps else None
 
     def to_client(self, event: dict[str, Any] | None) -> float | None:

@@ -7,6 +7,7 @@ length-delimited or until close) and hands each body chunk to a callback with it
 streams whose tokens arrive together share one stamp instead of queueing behind each other's parsing;
 elsewhere it is time.perf_counter() in the read callback. http and https; one request per connection.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -154,8 +155,8 @@ class ResponseStream(asyncio.Protocol):
             if len(self._buf) < line_end + 2 + size + 2:
                 return b"".join(out), False
             start = line_end + 2
-            out.append(self._buf[start:start + size])
-            self._buf = self._buf[start + size + 2:]
+            out.append(self._buf[start : start + size])
+            self._buf = self._buf[start + size + 2 :]
 
     def _finish(self, exc: Exception | None) -> None:
         if not self.done.done():
@@ -167,21 +168,35 @@ class ResponseStream(asyncio.Protocol):
             self.transport.close()
 
 
-async def post_stream(url: str, path: str, body: bytes, headers: dict[str, str], on_body: OnBody, *,
-                      on_head: OnHead | None = None, connect_timeout: float = 30.0) -> ResponseStream:
+async def post_stream(
+    url: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    on_body: OnBody,
+    *,
+    on_head: OnHead | None = None,
+    connect_timeout: float = 30.0,
+) -> ResponseStream:
     """POST and feed the response body to `on_body` until it returns True or the body ends."""
     parts = urlsplit(url)
     secure = parts.scheme == "https"
     host, port = parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
     prefix = parts.path.rstrip("/")
-    head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {len(body)}",
-            "Connection: close", *(f"{k}: {v}" for k, v in headers.items())]
+    head = [
+        f"POST {prefix}{path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
     loop = asyncio.get_running_loop()
     stream = ResponseStream(on_body, on_head)
     context = ssl.create_default_context() if secure else None
     transport, _ = await asyncio.wait_for(
-        loop.create_connection(lambda: stream, host, port, ssl=context), connect_timeout)
+        loop.create_connection(lambda: stream, host, port, ssl=context), connect_timeout
+    )
     try:
         transport.write(request)
         await stream.done

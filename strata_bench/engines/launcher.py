@@ -7,6 +7,7 @@ holds `{port}` (and optionally `{host}`). The directory of this Python goes firs
 runs, or in a temporary folder); every failure names the engine and quotes the last stderr lines.
 Healthy: `GET /health` is 200, or 404 with `GET /v1/models` 200 (servers without /health).
 """
+
 from __future__ import annotations
 
 import os
@@ -88,8 +89,15 @@ def check_url(url: str, what: str, timeout_s: float = 3.0) -> None:
 class EngineProcess:
     """One engine started from a command; `url` is where it serves. A context manager (start/stop)."""
 
-    def __init__(self, command: str, *, name: str = "engine", log_stem: Path | None = None, host: str = HOST,
-                 start_timeout: float = 300.0):
+    def __init__(
+        self,
+        command: str,
+        *,
+        name: str = "engine",
+        log_stem: Path | None = None,
+        host: str = HOST,
+        start_timeout: float = 300.0,
+    ):
         if not command.strip():
             raise ValueError(f"{name}: the engine command is empty")
         self.name, self.command, self.host, self.start_timeout = name, command, host, start_timeout
@@ -112,8 +120,14 @@ class EngineProcess:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
             try:
-                self.proc = subprocess.Popen(["/bin/sh", "-c", self.launched], stdout=out, stderr=err,
-                                             stdin=subprocess.DEVNULL, env=child_env(), start_new_session=True)
+                self.proc = subprocess.Popen(
+                    ["/bin/sh", "-c", self.launched],
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    env=child_env(),
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise LaunchError(f"{self.name}: cannot start {self.launched!r}: {exc}") from None
 
@@ -132,8 +146,10 @@ class EngineProcess:
 
     def failure(self, what: str) -> str:
         tail = self.stderr_tail(15) or ["(stderr is empty)"]
-        return (f"{self.name}: {what}\n  command: {self.launched}\n  last stderr lines ({self.stderr_path}):\n"
-                + "\n".join("    " + line for line in tail))
+        return (
+            f"{self.name}: {what}\n  command: {self.launched}\n  last stderr lines ({self.stderr_path}):\n"
+            + "\n".join("    " + line for line in tail)
+        )
 
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -158,8 +174,9 @@ class EngineProcess:
             while True:
                 code = self.proc.poll()
                 if code is not None:
-                    raise LaunchError(self.failure(f"the engine exited with status {code} before it was healthy"),
-                                      self.stderr_tail())
+                    raise LaunchError(
+                        self.failure(f"the engine exited with status {code} before it was healthy"), self.stderr_tail()
+                    )
                 if is_healthy(client, self.url):
                     return time.monotonic() - start
                 if time.monotonic() - start > timeout_s:

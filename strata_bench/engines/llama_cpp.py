@@ -5,6 +5,7 @@
 names another. `server_command` gives an arm or `--engine` command with `{host}`/`{port}` placeholders:
 N parallel slots (continuous batching), each with `ctx_per_slot` tokens of its own KV cache.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,15 @@ def find_llama_server() -> Path | None:
     return Path(found) if found else None
 
 
-def server_command(binary: Path | str, gguf: Path | str, *, slots: int = 6, ctx_per_slot: int = 8192,
-                   threads: int | None = None, arch: str = "qwen3moe") -> str:
+def server_command(
+    binary: Path | str,
+    gguf: Path | str,
+    *,
+    slots: int = 6,
+    ctx_per_slot: int = 8192,
+    threads: int | None = None,
+    arch: str = "qwen3moe",
+) -> str:
     """`llama-server` serving `gguf` on {host}:{port} with `slots` slots of `ctx_per_slot` tokens each.
 
     The per-slot KV caches are separate (`--no-kv-unified`), so every slot holds `ctx_per_slot` tokens;
@@ -43,9 +51,24 @@ def server_command(binary: Path | str, gguf: Path | str, *, slots: int = 6, ctx_
     """
     if slots < 1 or ctx_per_slot < 1:
         raise ValueError(f"slots and ctx_per_slot must be >= 1, got {slots} and {ctx_per_slot}")
-    parts = [str(binary), "-m", str(gguf), "--host", "{host}", "--port", "{port}", "--parallel", str(slots),
-             "-c", str(slots * ctx_per_slot), "--no-kv-unified", "--no-webui", "--no-warmup",
-             "--override-kv", f"{arch}.context_length=int:{ctx_per_slot}"]
+    parts = [
+        str(binary),
+        "-m",
+        str(gguf),
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--parallel",
+        str(slots),
+        "-c",
+        str(slots * ctx_per_slot),
+        "--no-kv-unified",
+        "--no-webui",
+        "--no-warmup",
+        "--override-kv",
+        f"{arch}.context_length=int:{ctx_per_slot}",
+    ]
     if threads:
         parts += ["--threads", str(threads), "--threads-batch", str(threads)]
     return " ".join(shlex.quote(p) if p not in ("{host}", "{port}") else p for p in parts)

@@ -7,6 +7,7 @@ high-level API and server apply repeat_penalty 1.1 unless told 1.0), and returns
 the tokens. Importing this module needs nothing; constructing one raises ModuleNotFoundError naming the
 package where it is not installed. The server form of llama.cpp is `llama_cpp.py`.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,16 @@ class InProcessLlama:
         if threads not in self._llms:
             import llama_cpp
 
-            self._llms[threads] = llama_cpp.Llama(self.gguf, n_ctx=self.ctx, n_batch=512, n_ubatch=512, n_threads=threads,
-                                                  n_threads_batch=threads, logits_all=False, verbose=False)
+            self._llms[threads] = llama_cpp.Llama(
+                self.gguf,
+                n_ctx=self.ctx,
+                n_batch=512,
+                n_ubatch=512,
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=False,
+                verbose=False,
+            )
         return self._llms[threads]
 
     def prefill_seconds(self, prompt: Sequence[int], threads: int = 1) -> float:

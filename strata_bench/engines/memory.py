@@ -8,6 +8,7 @@ A sample is the sum of their `VmRSS` (/proc/<pid>/status); pages two processes s
 and interval, or None for both with the reason where /proc is missing. A process that exits between the
 listing and the read is skipped; the bench does not sample a running server it did not start.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
     return int(fields[1]), int(fields[3])
 
 
@@ -76,8 +77,9 @@ class RssSampler:
         self._listed_at = float("-inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.unavailable = None if (PROC / str(os.getpid()) / "status").is_file() else \
-            "not available: no /proc on this system"
+        self.unavailable = (
+            None if (PROC / str(os.getpid()) / "status").is_file() else "not available: no /proc on this system"
+        )
 
     def start(self) -> "RssSampler":
         if self.unavailable is None:
@@ -105,10 +107,13 @@ class RssSampler:
             self._thread = None
             self._listed_at = float("-inf")  # the last sample lists the tree afresh
             self._sample()
-        return {"rss_at_start_bytes": self.samples[0] if self.samples else None,
-                "peak_rss_bytes": max(self.samples) if self.samples else None,
-                "rss_samples": len(self.samples), "rss_interval_s": self.interval_s,
-                **({"rss_note": self.unavailable} if self.unavailable else {})}
+        return {
+            "rss_at_start_bytes": self.samples[0] if self.samples else None,
+            "peak_rss_bytes": max(self.samples) if self.samples else None,
+            "rss_samples": len(self.samples),
+            "rss_interval_s": self.interval_s,
+            **({"rss_note": self.unavailable} if self.unavailable else {}),
+        }
 
 
 def not_sampled(why: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ prompts, no ids). vLLM says its context (`max_model_len`) but not its vocabulary
 then gives the vocabulary. `count_tokens` measures a text's real length through the family's tokenize
 endpoint.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -75,9 +76,16 @@ def probe(url: str, timeout: float = 10.0) -> ServerInfo:
             first = models["data"][0] or {}
         model = first.get("id")
         if isinstance(engine, dict) and engine.get("supports_token_ids") is not None:
-            return ServerInfo(STRATA.name, model or engine.get("model"), _int(engine.get("vocab_size")),
-                              _int(engine.get("eos_token_id")), _int(engine.get("ctx")) or _int(first.get("max_model_len")),
-                              _int(engine.get("batch")), engine, bool(engine.get("supports_token_ids")))
+            return ServerInfo(
+                STRATA.name,
+                model or engine.get("model"),
+                _int(engine.get("vocab_size")),
+                _int(engine.get("eos_token_id")),
+                _int(engine.get("ctx")) or _int(first.get("max_model_len")),
+                _int(engine.get("batch")),
+                engine,
+                bool(engine.get("supports_token_ids")),
+            )
         props = _get_json(client, f"{url}/props")
         if first.get("owned_by") == "llamacpp" or (isinstance(props, dict) and "total_slots" in props):
             return _llama_cpp(client, url, model, first, props if isinstance(props, dict) else {})
@@ -93,14 +101,17 @@ def probe(url: str, timeout: float = 10.0) -> ServerInfo:
 
 def _vllm(client: httpx.Client, url: str, model: str | None, first: dict[str, Any], ctx: int | None) -> ServerInfo:
     """vLLM: ids when its tokenizer is shown to be ours; vocabulary and eos then from the model directory."""
-    agreement = check_agreement(VLLM.label, (first.get("root"), model),
-                                lambda text: _tokenize(client, url, VLLM, text, model=model))
-    return ServerInfo(VLLM.name, model, agreement.vocab_size, agreement.eos_token_id, ctx, None, None,
-                      tokenizer=agreement.reason)
+    agreement = check_agreement(
+        VLLM.label, (first.get("root"), model), lambda text: _tokenize(client, url, VLLM, text, model=model)
+    )
+    return ServerInfo(
+        VLLM.name, model, agreement.vocab_size, agreement.eos_token_id, ctx, None, None, tokenizer=agreement.reason
+    )
 
 
-def _llama_cpp(client: httpx.Client, url: str, model: str | None, first: dict[str, Any],
-               props: dict[str, Any]) -> ServerInfo:
+def _llama_cpp(
+    client: httpx.Client, url: str, model: str | None, first: dict[str, Any], props: dict[str, Any]
+) -> ServerInfo:
     meta = first.get("meta") or {}
     settings = props.get("default_generation_settings") or {}
     ctx = _int(settings.get("n_ctx")) or _int(meta.get("n_ctx"))
@@ -108,8 +119,15 @@ def _llama_cpp(client: httpx.Client, url: str, model: str | None, first: dict[st
     if props.get("eos_token"):
         ids = _tokenize(client, url, LLAMA_CPP, props["eos_token"], parse_special=True)
         eos = ids[0] if ids and len(ids) == 1 else None
-    return ServerInfo(LLAMA_CPP.name, model, _int(meta.get("n_vocab")), eos, ctx, _int(props.get("total_slots")),
-                      {k: v for k, v in props.items() if k not in ("chat_template", "chat_template_tool_use")} or None)
+    return ServerInfo(
+        LLAMA_CPP.name,
+        model,
+        _int(meta.get("n_vocab")),
+        eos,
+        ctx,
+        _int(props.get("total_slots")),
+        {k: v for k, v in props.items() if k not in ("chat_template", "chat_template_tool_use")} or None,
+    )
 
 
 def count_tokens(url: str, info: ServerInfo, text: str) -> int | None:
@@ -119,8 +137,9 @@ def count_tokens(url: str, info: ServerInfo, text: str) -> int | None:
     return None if ids is None else len(ids)
 
 
-def _tokenize(client: httpx.Client, url: str, fam: Family, text: str, *, parse_special: bool = False,
-              model: str | None = None) -> list[int] | None:
+def _tokenize(
+    client: httpx.Client, url: str, fam: Family, text: str, *, parse_special: bool = False, model: str | None = None
+) -> list[int] | None:
     if fam.tokenize is None:
         return None
     if fam is LLAMA_CPP:

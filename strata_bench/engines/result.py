@@ -5,6 +5,7 @@ by `wire.apply_event`, which reads one parsed SSE payload in either wire form: O
 `token_ids`, else logprobs `tokens`, else 1 for non-empty text) or llama.cpp's native `/completion`
 (`tokens`, `completion_probabilities`, `stop`/`stop_type`). Times are `time.perf_counter()` seconds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -67,9 +68,15 @@ class StreamResult:
     def tokens_between(self, start: float, end: float) -> int:
         return sum(1 for t in self.times if start <= t <= end)
 
-    def add_tokens(self, count: int, at: float, ids: list[int] | None,
-                   logprobs: list[float | None] | None = None, tops: list[dict[str, float] | None] | None = None,
-                   texts: list[str | None] | None = None) -> None:
+    def add_tokens(
+        self,
+        count: int,
+        at: float,
+        ids: list[int] | None,
+        logprobs: list[float | None] | None = None,
+        tops: list[dict[str, float] | None] | None = None,
+        texts: list[str | None] | None = None,
+    ) -> None:
         if count <= 0:
             return
         self.times.extend([at] * count)
@@ -86,8 +93,10 @@ class StreamResult:
         """A stream that ends without a finish_reason ended early: an error, never a finish."""
         if self.error is None and not self.cancelled and self.finish_reason is None and self.http_status == 200:
             asked = f" of {self.max_tokens} asked" if self.max_tokens else ""
-            self.error = (f"the stream ended without a finish_reason after {len(self.times)} tokens{asked} "
-                          "(the server stopped it early)")
+            self.error = (
+                f"the stream ended without a finish_reason after {len(self.times)} tokens{asked} "
+                "(the server stopped it early)"
+            )
 
     def to_dict(self, origin: float) -> dict[str, Any]:
         """JSON form with times in seconds since `origin` (the run's start), to the microsecond."""
@@ -96,13 +105,26 @@ class StreamResult:
             return None if t is None else round(t - origin, 6)
 
         return {
-            "name": self.name, "role": self.role, "request_id": self.request_id, "prompt_tokens": self.prompt_tokens,
+            "name": self.name,
+            "role": self.role,
+            "request_id": self.request_id,
+            "prompt_tokens": self.prompt_tokens,
             "measured_prompt_tokens": self.measured_prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens, "prompt_sha256": self.prompt_sha256,
-            "max_tokens": self.max_tokens, "sent_at": rel(self.sent_at), "first_token_at": rel(self.first_token_at),
-            "ended_at": rel(self.ended_at), "ended_by": self.ended_by, "error": self.error,
-            "http_status": self.http_status, "finish_reason": self.finish_reason, "tokens": len(self.times),
-            "events": self.events, "usage": self.usage, "warnings": self.warnings, "text": self.text,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "prompt_sha256": self.prompt_sha256,
+            "max_tokens": self.max_tokens,
+            "sent_at": rel(self.sent_at),
+            "first_token_at": rel(self.first_token_at),
+            "ended_at": rel(self.ended_at),
+            "ended_by": self.ended_by,
+            "error": self.error,
+            "http_status": self.http_status,
+            "finish_reason": self.finish_reason,
+            "tokens": len(self.times),
+            "events": self.events,
+            "usage": self.usage,
+            "warnings": self.warnings,
+            "text": self.text,
             "token_ids": self.token_ids if self.ids_given else None,
             "token_times": [round(t - origin, 6) for t in self.times],
         }

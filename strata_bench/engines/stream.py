@@ -6,6 +6,7 @@ its own thread and loop, for the gate's thread-per-request style, with `first_to
 `cancel()`. Failures (HTTP status, an error event, a dropped connection, a stream that ends without a
 finish_reason) are recorded in the StreamResult, never raised.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,8 +81,9 @@ async def stream_completion(
 
     result.sent_at = time.perf_counter()
     try:
-        stream = await post_stream(url, path, body, send_headers, on_body, on_head=on_head,
-                                   connect_timeout=connect_timeout)
+        stream = await post_stream(
+            url, path, body, send_headers, on_body, on_head=on_head, connect_timeout=connect_timeout
+        )
         if stream.status != 200:
             detail = error_body_detail(b"".join(error_body))
             result.error = f"HTTP {stream.status} from POST {path}: {detail or '(empty body)'}"
@@ -111,8 +113,17 @@ class StreamTask:
     """One streaming completion in its own thread and event loop; `cancel()` closes its stream, and a
     `timeout` ends one whose server sends nothing for that many seconds (an error)."""
 
-    def __init__(self, url: str, body: dict[str, Any], result: StreamResult, *, path: str = "/v1/completions",
-                 wire: str = OPENAI_WIRE, headers: dict[str, str] | None = None, timeout: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        body: dict[str, Any],
+        result: StreamResult,
+        *,
+        path: str = "/v1/completions",
+        wire: str = OPENAI_WIRE,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ):
         self.url, self.body, self.result = url, body, result
         self.path, self.wire, self.headers, self.timeout = path, wire, headers, timeout
         self.first_token = threading.Event()
@@ -150,8 +161,17 @@ class StreamTask:
                 return
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.current_task()
-        streaming = asyncio.ensure_future(stream_completion(self.url, self.body, self.result, path=self.path,
-                                                            wire=self.wire, headers=self.headers, on_event=on_event))
+        streaming = asyncio.ensure_future(
+            stream_completion(
+                self.url,
+                self.body,
+                self.result,
+                path=self.path,
+                wire=self.wire,
+                headers=self.headers,
+                on_event=on_event,
+            )
+        )
         try:
             await self._watch(streaming)
         finally:

@@ -6,6 +6,7 @@ the project's; `STRATA_VLLM` names another `vllm` command. `server_command` give
 command (the launcher appends `--host/--port`): float32 weights as ours, `max_num_seqs` requests at once,
 prefix-cache hits reported in usage (`--enable-prompt-tokens-details`), `kv_cache_gib` of CPU KV cache.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,13 +35,28 @@ def find_vllm() -> Path | None:
     return venv if venv.is_file() and (cache_dir() / ".installed").is_file() else None
 
 
-def server_command(vllm: Path | str, model_dir: Path | str, *, max_model_len: int = 8192, max_num_seqs: int = 8,
-                   kv_cache_gib: int = 2) -> str:
+def server_command(
+    vllm: Path | str, model_dir: Path | str, *, max_model_len: int = 8192, max_num_seqs: int = 8, kv_cache_gib: int = 2
+) -> str:
     """`vllm serve <model_dir>`; host and port are appended by the launcher (or give {host}/{port})."""
     if max_model_len < 1 or max_num_seqs < 1 or kv_cache_gib < 1:
-        raise ValueError(f"max_model_len, max_num_seqs and kv_cache_gib must be >= 1, got "
-                         f"{max_model_len}, {max_num_seqs}, {kv_cache_gib}")
-    parts = ["env", f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}", str(vllm), "serve", str(model_dir),
-             "--dtype", "float32", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-             "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
+        raise ValueError(
+            f"max_model_len, max_num_seqs and kv_cache_gib must be >= 1, got "
+            f"{max_model_len}, {max_num_seqs}, {kv_cache_gib}"
+        )
+    parts = [
+        "env",
+        f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}",
+        str(vllm),
+        "serve",
+        str(model_dir),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--enable-prompt-tokens-details",
+        "--disable-uvicorn-access-log",
+    ]
     return " ".join(shlex.quote(p) for p in parts)

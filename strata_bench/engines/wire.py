@@ -7,6 +7,7 @@ for non-empty text: k tokens in one event share one arrival stamp, so packing ne
 llama.cpp form (`/completion`): `content`, `tokens` (with `return_tokens`), `completion_probabilities`
 (with `n_probs`), and on the last event `stop: true` with `stop_type` and the prompt/answer counts.
 """
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@ fresh engine per run, measured with the field's metrics (TTFT, TPOT, ITL, goodpu
 them). `loops.py` (the loops), `workload.py` (request shapes), `client.py` (keep-alive adapter to the shared
 client), `runner.py` (ABBA runs, raw JSON), `field_metrics.py`, `report.py`, `plot.py`, `cli.py`.
 """
+
 from .loops import LoadShape, arrival_offsets, run_load
 
 __all__ = ["LoadShape", "arrival_offsets", "run_load"]

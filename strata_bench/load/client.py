@@ -7,6 +7,7 @@ With keep-alive a ConnectionPool keeps sockets open between requests (each respo
 end, so the next one starts clean); without it every request opens a connection and closes it, as the
 bench always did. Both go through the same code, so the only difference measured is the reuse.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,9 @@ class ConnectionPool:
             raise ValueError(f"load runs speak plain http, got {self.url!r}")
         loop = asyncio.get_running_loop()
         conn = Connection()
-        await asyncio.wait_for(loop.create_connection(lambda: conn, parts.hostname or "127.0.0.1", parts.port or 80),
-                               self.connect_timeout)
+        await asyncio.wait_for(
+            loop.create_connection(lambda: conn, parts.hostname or "127.0.0.1", parts.port or 80), self.connect_timeout
+        )
         self.opened += 1
         return conn
 
@@ -98,14 +100,27 @@ class Sent:
 
 def _request_bytes(pool: ConnectionPool, path: str, body: bytes, headers: dict[str, str]) -> bytes:
     parts = urlsplit(pool.url)
-    head = [f"POST {parts.path.rstrip('/')}{path} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {len(body)}",
-            "Connection: " + ("keep-alive" if pool.keepalive else "close"),
-            "Accept-Encoding: identity", "Content-Type: application/json", *(f"{k}: {v}" for k, v in headers.items())]
+    head = [
+        f"POST {parts.path.rstrip('/')}{path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Content-Length: {len(body)}",
+        "Connection: " + ("keep-alive" if pool.keepalive else "close"),
+        "Accept-Encoding: identity",
+        "Content-Type: application/json",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
-async def send_request(pool: ConnectionPool, path: str, body: bytes, result: StreamResult, *,
-                       headers: dict[str, str] | None = None, wire: str = OPENAI_WIRE) -> Sent:
+async def send_request(
+    pool: ConnectionPool,
+    path: str,
+    body: bytes,
+    result: StreamResult,
+    *,
+    headers: dict[str, str] | None = None,
+    wire: str = OPENAI_WIRE,
+) -> Sent:
     """POST a pre-encoded streaming body to `path` and fill `result` as events arrive; failures are recorded.
 
     The send time is taken before a connection is taken from the pool, so a new connection's handshake is
@@ -137,8 +152,9 @@ async def send_request(pool: ConnectionPool, path: str, body: bytes, result: Str
     return sent
 
 
-async def _exchange(conn: Connection, pool: ConnectionPool, request: bytes, result: StreamResult,
-                    chunk_times: list[float], wire: str) -> bool:
+async def _exchange(
+    conn: Connection, pool: ConnectionPool, request: bytes, result: StreamResult, chunk_times: list[float], wire: str
+) -> bool:
     """One request/response on `conn`; True when the socket turned out closed before any response byte."""
     decoder = SSEDecoder()
     error_body: list[bytes] = []

@@ -6,6 +6,7 @@ Every definition is one line in DEFINITIONS, and every report prints the ones it
 as completed when it finished on its own with no error and at least one token; the others are counted as
 failed and left out of every latency figure, as AIPerf and vLLM do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,9 +19,9 @@ PERCENTILES = (50, 90, 95, 99)
 DEFINITIONS: dict[str, str] = {
     "ttft_ms": "TTFT: first token's arrival minus the request's send time (connect included), per request",
     "tpot_ms": "TPOT: (request latency - TTFT) / (output tokens - 1), per request with 2+ tokens; "
-               "AIPerf calls this inter-token latency (ITL)",
+    "AIPerf calls this inter-token latency (ITL)",
     "itl_ms": "ITL, pooled per gap: every gap between consecutive token-carrying events of a request, all "
-              "requests pooled (vLLM's ITL, AIPerf's inter-chunk latency); one event with k tokens is one gap",
+    "requests pooled (vLLM's ITL, AIPerf's inter-chunk latency); one event with k tokens is one gap",
     "latency_ms": "request latency: the end of the stream ([DONE]) minus the send time, per request (vLLM E2EL)",
     "output_tokens": "output tokens per request: tokens counted in the stream's events",
     "input_tokens": "input tokens per request: the server's usage.prompt_tokens where given, else the length sent",
@@ -60,8 +61,11 @@ class SLO:
         return True
 
     def describe(self) -> str:
-        parts = [f"{label} <= {v:g} ms" for label, v in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms),
-                                                         ("latency", self.latency_ms)) if v is not None]
+        parts = [
+            f"{label} <= {v:g} ms"
+            for label, v in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("latency", self.latency_ms))
+            if v is not None
+        ]
         return ", ".join(parts) or "none"
 
     def to_dict(self) -> dict[str, float | None]:
@@ -85,8 +89,12 @@ class RequestTimes:
 
 
 def completed(request: dict[str, Any]) -> bool:
-    return (request.get("ended_by") == "finished" and not request.get("error")
-            and request.get("first_token_at") is not None and (request.get("output_tokens") or 0) > 0)
+    return (
+        request.get("ended_by") == "finished"
+        and not request.get("error")
+        and request.get("first_token_at") is not None
+        and (request.get("output_tokens") or 0) > 0
+    )
 
 
 def input_tokens(request: dict[str, Any]) -> int:
@@ -99,11 +107,17 @@ def input_tokens(request: dict[str, Any]) -> int:
 def request_times(request: dict[str, Any]) -> RequestTimes:
     """The figures of one completed request record (see `completed`)."""
     if not completed(request):
-        raise ValueError(f"request {request.get('name')!r} did not complete: {request.get('error') or request.get('ended_by')}")
+        raise ValueError(
+            f"request {request.get('name')!r} did not complete: {request.get('error') or request.get('ended_by')}"
+        )
     sent, first, ended = request["sent_at"], request["first_token_at"], request["ended_at"]
     chunks = list(request.get("chunk_times") or [])
-    return RequestTimes(ttft_s=first - sent, latency_s=ended - sent, output_tokens=int(request["output_tokens"]),
-                        gaps_s=tuple(b - a for a, b in zip(chunks, chunks[1:])))
+    return RequestTimes(
+        ttft_s=first - sent,
+        latency_s=ended - sent,
+        output_tokens=int(request["output_tokens"]),
+        gaps_s=tuple(b - a for a, b in zip(chunks, chunks[1:])),
+    )
 
 
 def distribution(values_s: Sequence[float], scale: float = 1000.0) -> dict[str, float] | None:
@@ -111,8 +125,13 @@ def distribution(values_s: Sequence[float], scale: float = 1000.0) -> dict[str, 
     if not values_s:
         return None
     data = np.asarray(values_s, dtype=float) * scale
-    out = {"n": float(data.size), "mean": float(data.mean()), "min": float(data.min()), "max": float(data.max()),
-           "std": float(data.std())}
+    out = {
+        "n": float(data.size),
+        "mean": float(data.mean()),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "std": float(data.std()),
+    }
     for q in PERCENTILES:
         out[f"p{q}"] = float(np.percentile(data, q))
     return out
@@ -122,9 +141,12 @@ def run_metrics(requests: Sequence[dict[str, Any]], slo: SLO | None = None) -> d
     """Every field figure of one load run (see DEFINITIONS). Distributions are in ms, rates per second."""
     done = [r for r in requests if completed(r)]
     times = [request_times(r) for r in done]
-    out: dict[str, Any] = {"completed": len(done), "failed": len(requests) - len(done),
-                           "input_tokens": int(sum(input_tokens(r) for r in done)),
-                           "output_tokens_total": int(sum(t.output_tokens for t in times))}
+    out: dict[str, Any] = {
+        "completed": len(done),
+        "failed": len(requests) - len(done),
+        "input_tokens": int(sum(input_tokens(r) for r in done)),
+        "output_tokens_total": int(sum(t.output_tokens for t in times)),
+    }
     sends = [r["sent_at"] for r in requests if r.get("sent_at") is not None]
     ends = [r["ended_at"] for r in done]
     duration = (max(ends) - min(sends)) if ends and sends else None

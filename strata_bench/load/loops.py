@@ -7,6 +7,7 @@ seeded, the first at 0), whether or not earlier ones have ended; an optional cap
 slot frees (vLLM `--max-concurrency`), its send time then being when it goes. Both stop issuing at a
 request count or a duration, whichever comes first, and wait for the requests in flight to end.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -59,7 +60,9 @@ class LoadShape:
         return f"rate{self.rate:g}" + (f"-c{self.concurrency}" if self.concurrency else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("mode", "concurrency", "rate", "arrivals", "requests", "duration_s", "seed")}
+        return {
+            k: getattr(self, k) for k in ("mode", "concurrency", "rate", "arrivals", "requests", "duration_s", "seed")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LoadShape":
@@ -107,6 +110,7 @@ async def run_load(shape: LoadShape, send: Send, clock: Callable[[], float] = ti
 
     issued = 0
     if shape.mode == "closed":
+
         async def worker() -> None:
             nonlocal issued
             while True:
@@ -143,5 +147,9 @@ async def run_load(shape: LoadShape, send: Send, clock: Callable[[], float] = ti
                 tasks.append(asyncio.ensure_future(tracked(index, offset)))
             issued += 1
         await asyncio.gather(*tasks)
-    return {"results": [results[i] for i in sorted(results)], "issued": issued, "started": start,
-            "max_in_flight": in_flight[1]}
+    return {
+        "results": [results[i] for i in sorted(results)],
+        "issued": issued,
+        "started": start,
+        "max_in_flight": in_flight[1],
+    }

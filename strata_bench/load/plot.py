@@ -4,6 +4,7 @@ Three panels share the x axis (output token throughput, median over rounds): TTF
 latency, each at p50 (solid) and p99 (dashed); every point is labelled with its load (c4, rate2.5).
 matplotlib with the Agg backend.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,8 +48,11 @@ def plot_sweep(report: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     w = report["workload"]
-    fig.suptitle(f"{report['directory']}: input {w['input_len']}, output {w['output_len']} tokens, "
-                 f"{'keep-alive' if report['keepalive'] else 'one connection per request'}", fontsize=9)
+    fig.suptitle(
+        f"{report['directory']}: input {w['input_len']}, output {w['output_len']} tokens, "
+        f"{'keep-alive' if report['keepalive'] else 'one connection per request'}",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -5,6 +5,7 @@ arms run ABBA), launcher.EngineProcess (a fresh engine per run, or a URL), resul
 runs/<id>.json written the moment a run ends). A run's JSON holds every request's raw times; metrics
 are computed from it by load_report.py, never from live state. A failed run is recorded and the bench goes on.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,17 +58,29 @@ class LoadConfig:
         return run_plan([a.name for a in self.arms], [p.label for p in self.points], self.repeat)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "load", "arms": [a.to_dict() for a in self.arms], "points": [p.to_dict() for p in self.points],
-                "workload": self.workload.to_dict(), "keepalive": self.keepalive, "repeat": self.repeat,
-                "warmup": self.warmup, "slo": self.slo.to_dict(), "health_timeout_s": self.health_timeout_s,
-                "stop_timeout_s": self.stop_timeout_s}
+        return {
+            "kind": "load",
+            "arms": [a.to_dict() for a in self.arms],
+            "points": [p.to_dict() for p in self.points],
+            "workload": self.workload.to_dict(),
+            "keepalive": self.keepalive,
+            "repeat": self.repeat,
+            "warmup": self.warmup,
+            "slo": self.slo.to_dict(),
+            "health_timeout_s": self.health_timeout_s,
+            "stop_timeout_s": self.stop_timeout_s,
+        }
 
 
 def start(config: LoadConfig, out: ResultsDir, argv: list[str]) -> dict[str, Any]:
     if out.exists():
         raise ResultsError(f"{out.path} already holds a bench; choose another --out")
-    meta = {"nonce": secrets.token_hex(8), "config": config.to_dict(), "plan": [k.id for k in config.plan()],
-            "provenance": collect(argv)}
+    meta = {
+        "nonce": secrets.token_hex(8),
+        "config": config.to_dict(),
+        "plan": [k.id for k in config.plan()],
+        "provenance": collect(argv),
+    }
     out.write_meta(meta)
     return meta
 
@@ -84,9 +97,15 @@ def run_all(config: LoadConfig, out: ResultsDir, say: Callable[[str], None]) -> 
         out.write_run(run)
         counts[run["status"]] += 1
         m = run.get("metrics") or {}
-        say(f"  {run['status']}" + (f": {run['failure'].splitlines()[0]}" if run.get("failure") else
-                                    f": {m.get('completed')} completed, {_fmt(m.get('output_throughput'))} tok/s out, "
-                                    f"TTFT p50 {_fmt((m.get('ttft_ms') or {}).get('p50'))} ms"))
+        say(
+            f"  {run['status']}"
+            + (
+                f": {run['failure'].splitlines()[0]}"
+                if run.get("failure")
+                else f": {m.get('completed')} completed, {_fmt(m.get('output_throughput'))} tok/s out, "
+                f"TTFT p50 {_fmt((m.get('ttft_ms') or {}).get('p50'))} ms"
+            )
+        )
     return counts
 
 
@@ -95,9 +114,16 @@ def _fmt(value: float | None) -> str:
 
 
 def run_once(key: RunKey, arm: Arm, shape: LoadShape, config: LoadConfig, out: ResultsDir) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": key.id, "round": key.round, "point": key.scenario, "arm": key.arm,
-                              "shape": shape.to_dict(), "workload": config.workload.to_dict(),
-                              "keepalive": config.keepalive, "started_utc": utc_now()}
+    record: dict[str, Any] = {
+        "id": key.id,
+        "round": key.round,
+        "point": key.scenario,
+        "arm": key.arm,
+        "shape": shape.to_dict(),
+        "workload": config.workload.to_dict(),
+        "keepalive": config.keepalive,
+        "started_utc": utc_now(),
+    }
     started = time.monotonic()
     engine: EngineProcess | None = None
     try:
@@ -120,8 +146,11 @@ def run_once(key: RunKey, arm: Arm, shape: LoadShape, config: LoadConfig, out: R
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # an odd server or a bug must not cost the other runs
-        record.update(status="failed", requests=[], failure=f"arm {arm.name!r}: {type(exc).__name__}: {exc}\n"
-                      + traceback.format_exc(limit=3))
+        record.update(
+            status="failed",
+            requests=[],
+            failure=f"arm {arm.name!r}: {type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=3),
+        )
     finally:
         if engine is not None:
             record["exit_status"] = engine.stop(config.stop_timeout_s)
@@ -133,20 +162,29 @@ def run_once(key: RunKey, arm: Arm, shape: LoadShape, config: LoadConfig, out: R
 async def drive_load(url: str, shape: LoadShape, config: LoadConfig, run_id: str) -> dict[str, Any]:
     """Probe the server, send the warm-up requests, then the load; the run's JSON fields."""
     info = await asyncio.to_thread(probe, url)
-    server = ServerTraits(model=info.model, token_ids=info.supports_token_ids, vocab_size=info.vocab_size,
-                          eos_token_id=info.eos_token_id)
+    server = ServerTraits(
+        model=info.model, token_ids=info.supports_token_ids, vocab_size=info.vocab_size, eos_token_id=info.eos_token_id
+    )
     pool = ConnectionPool(url, config.keepalive)
     try:
         for w in range(config.warmup):  # other prompts than the measured ones: index from the far end
             prepared = config.workload.request(10**9 + w, server)
-            await send_request(pool, prepared.path, prepared.body, StreamResult(f"warmup{w}", "warmup", prompt_tokens=prepared.input_tokens))
+            await send_request(
+                pool,
+                prepared.path,
+                prepared.body,
+                StreamResult(f"warmup{w}", "warmup", prompt_tokens=prepared.input_tokens),
+            )
         records: dict[int, dict[str, Any]] = {}
 
         async def send(index: int, offset: float) -> dict[str, Any]:
             prepared = config.workload.request(index, server)
-            result = StreamResult(f"q{index}", "load", prompt_tokens=prepared.input_tokens, prompt_sha256=prepared.prompt_sha256)
-            sent = await send_request(pool, prepared.path, prepared.body, result,
-                                      headers={"X-Request-Id": f"{run_id}-q{index}"})
+            result = StreamResult(
+                f"q{index}", "load", prompt_tokens=prepared.input_tokens, prompt_sha256=prepared.prompt_sha256
+            )
+            sent = await send_request(
+                pool, prepared.path, prepared.body, result, headers={"X-Request-Id": f"{run_id}-q{index}"}
+            )
             records[index] = {"sent": sent, "prepared": prepared, "offset": offset}
             return index
 
@@ -156,18 +194,29 @@ async def drive_load(url: str, shape: LoadShape, config: LoadConfig, run_id: str
         pool.close()
     requests = [_request_record(records[i], outcome["started"]) for i in sorted(records)]
     errors = sum(1 for r in requests if r["error"])
-    return {"status": "errors" if errors else "ok", "server": info.to_dict(),
-            "prompt_mode": config.workload.prompt_mode(server), "issued": outcome["issued"],
-            "max_in_flight": outcome["max_in_flight"], "connections_opened": pool.opened - opened_before,
-            "requests": requests}
+    return {
+        "status": "errors" if errors else "ok",
+        "server": info.to_dict(),
+        "prompt_mode": config.workload.prompt_mode(server),
+        "issued": outcome["issued"],
+        "max_in_flight": outcome["max_in_flight"],
+        "connections_opened": pool.opened - opened_before,
+        "requests": requests,
+    }
 
 
 def _request_record(entry: dict[str, Any], origin: float) -> dict[str, Any]:
     sent, prepared = entry["sent"], entry["prepared"]
     record = sent.result.to_dict(origin)
     record.pop("text", None)  # the ids (or their count) are what a load run needs; text only grows the file
-    record.update(index=prepared.index, scheduled_at=round(entry["offset"], 6), input_tokens=prepared.input_tokens,
-                  max_tokens=prepared.max_tokens, output_tokens=len(sent.result.times),
-                  chunk_times=[round(t - origin, 6) for t in sent.chunk_times],
-                  reused_connection=sent.reused_connection, retried=sent.retried)
+    record.update(
+        index=prepared.index,
+        scheduled_at=round(entry["offset"], 6),
+        input_tokens=prepared.input_tokens,
+        max_tokens=prepared.max_tokens,
+        output_tokens=len(sent.result.times),
+        chunk_times=[round(t - origin, 6) for t in sent.chunk_times],
+        reused_connection=sent.reused_connection,
+        retried=sent.retried,
+    )
     return record

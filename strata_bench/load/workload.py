@@ -5,6 +5,7 @@ a rerun send the same requests. Prompts are token ids when the server takes them
 otherwise seeded words (about one token each, so text lengths are approximate; the report says which).
 Lengths: `256` (fixed), `uniform:LOW:HIGH` (inclusive), `normal:MEAN:STD` (rounded, at least 1).
 """
+
 from __future__ import annotations
 
 import json
@@ -104,8 +105,13 @@ class Workload:
             prompt = token_prompt(seed, input_tokens, server.vocab_size, server.eos_token_id)
         else:
             prompt = text_prompt(seed, input_tokens)
-        body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-                                "stream_options": {"include_usage": True}}
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if server.model:
             body["model"] = server.model
         if server.token_ids:
@@ -114,14 +120,28 @@ class Workload:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        return PreparedRequest(index=index, path=ENDPOINTS[self.endpoint], body=json.dumps(body).encode(),
-                               input_tokens=input_tokens, max_tokens=max_tokens, prompt_sha256=prompt_digest(prompt))
+        return PreparedRequest(
+            index=index,
+            path=ENDPOINTS[self.endpoint],
+            body=json.dumps(body).encode(),
+            input_tokens=input_tokens,
+            max_tokens=max_tokens,
+            prompt_sha256=prompt_digest(prompt),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input_len": str(self.input_len), "output_len": str(self.output_len), "endpoint": self.endpoint,
-                "seed": self.seed}
+        return {
+            "input_len": str(self.input_len),
+            "output_len": str(self.output_len),
+            "endpoint": self.endpoint,
+            "seed": self.seed,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Workload":
-        return cls(LengthSpec.parse(data["input_len"], "input length"), LengthSpec.parse(data["output_len"], "output length"),
-                   data.get("endpoint", "completions"), int(data.get("seed", 0)))
+        return cls(
+            LengthSpec.parse(data["input_len"], "input length"),
+            LengthSpec.parse(data["output_len"], "output length"),
+            data.get("endpoint", "completions"),
+            int(data.get("seed", 0)),
+        )

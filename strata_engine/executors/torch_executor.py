@@ -5,6 +5,7 @@ decode keeps one micro-batch per group in flight, feeding each group's sampled t
 until the budget, the round limit or `should_stop` says stop; then it drains. Sampling happens here,
 per request, with the request's own `sampler` (runtime/sampler.py, set by the engine).
 """
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,13 @@ from ..scheduler.request import Phase, Request
 class TorchExecutor:
     supports_prefix_cache = True  # scheduler/prompt_cache/copies.PrefixCopies: each stage copies its own layers
 
-    def __init__(self, pipeline: Pipeline, clock: Callable[[], float] = time.perf_counter, kv_bytes_per_token: int = 0,
-                 kv_window: int | None = None):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        clock: Callable[[], float] = time.perf_counter,
+        kv_bytes_per_token: int = 0,
+        kv_window: int | None = None,
+    ):
         self.pipeline = pipeline
         self.clock = clock
         self.kv_bytes_per_token = kv_bytes_per_token  # 0: no host store (slots are still reused)
@@ -102,8 +108,14 @@ class TorchExecutor:
     def _read_part(self, request: Request, start: int, end: int) -> Part:
         return Part.ragged([self._chunk_row(request, start, end)], want_logits=end == request.prompt_tokens)
 
-    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
+    def read(
+        self,
+        request: Request,
+        chunks: Sequence[tuple[int, int]],
+        on_token: OnToken,
+        should_stop: Callable[[], bool] | None = None,
+        budget_ms: float | None = None,
+    ) -> RunResult:
         t0 = self.clock()
         if should_stop is None and budget_ms is None:
             for start, end in chunks:
@@ -115,9 +127,16 @@ class TorchExecutor:
                 depth = issue_depth(budget_ms, self._read_interval_ms, len(completions), self.num_stages)
                 if pending and self.pipeline.in_flight < depth:
                     now = (self.clock() - t0) * 1000.0
-                    if len(pending) < len(chunks) and end_run(should_stop, budget_ms, completions, self.pipeline.in_flight,
-                                                               now, self._read_interval_ms, self.num_stages):
-                        chunks = chunks[:len(chunks) - len(pending)]
+                    if len(pending) < len(chunks) and end_run(
+                        should_stop,
+                        budget_ms,
+                        completions,
+                        self.pipeline.in_flight,
+                        now,
+                        self._read_interval_ms,
+                        self.num_stages,
+                    ):
+                        chunks = chunks[: len(chunks) - len(pending)]
                         pending = []
                         continue
                     start, end = pending.pop(0)
@@ -221,13 +240,22 @@ class TorchExecutor:
             gi = None
             now = (self.clock() - t0) * 1000.0
             interval = None if max_gap_ms is None else rider_interval_ms(completions, self._read_interval_ms)
-            pick, next_group = choose_rider(next_group, [g not in busy for g in live], [now - last_token[g] for g in live],
-                                            lambda i: bool(self._live(groups[live[i]])), interval, self.num_stages, max_gap_ms)
+            pick, next_group = choose_rider(
+                next_group,
+                [g not in busy for g in live],
+                [now - last_token[g] for g in live],
+                lambda i: bool(self._live(groups[live[i]])),
+                interval,
+                self.num_stages,
+                max_gap_ms,
+            )
             if pick is not None:
                 gi = live[pick]
                 rows = self._live(groups[gi])
                 busy.add(gi)
-            part = Part.ragged([self._chunk_row(request, start, end)] + self._decode_rows(rows), want_logits=final or bool(rows))
+            part = Part.ragged(
+                [self._chunk_row(request, start, end)] + self._decode_rows(rows), want_logits=final or bool(rows)
+            )
             submitted_at[seq] = self.clock()
             self._submit(MicroBatch([part], tag=(seq, gi, rows, final)))
             seq += 1
@@ -250,7 +278,7 @@ class TorchExecutor:
                 first = request.sampler.sample(mb.parts[0].logits[0])
                 on_token(request, first)
             if pending and should_stop is not None and should_stop():
-                chunks = chunks[:len(chunks) - len(pending)]
+                chunks = chunks[: len(chunks) - len(pending)]
                 pending.clear()
             if pending:
                 submit_next()

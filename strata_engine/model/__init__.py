@@ -1,11 +1,20 @@
 """The model: config (ModelConfig from an HF config.json), transformer (the forward), weights (HF
 checkpoints in and out, embedded models), tokenizer (bytes or tokenizer.json, streaming decode)."""
+
 from .config import ModelConfig
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 from .transformer import Block, Transformer
 from .weights import embedded_models, load_model, resolve_model_path
 
 __all__ = [
-    "ModelConfig", "Transformer", "Block", "load_model", "resolve_model_path", "embedded_models",
-    "Tokenizer", "ByteTokenizer", "HFTokenizer", "load_tokenizer",
+    "ModelConfig",
+    "Transformer",
+    "Block",
+    "load_model",
+    "resolve_model_path",
+    "embedded_models",
+    "Tokenizer",
+    "ByteTokenizer",
+    "HFTokenizer",
+    "load_tokenizer",
 ]

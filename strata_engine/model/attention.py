@@ -20,6 +20,7 @@ log-sum-exps, as the prefix and chunk do above. The masked call over every key t
 slower and builds a [T, T+W-1] mask per row (docs/measurements/decode-step.md, "What each thing tried bought", measured with
 benchmarks/bench_attention.py). Any other windowed shape takes that masked call.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,19 +32,33 @@ from .chunk_kernel import native_chunk_attention
 flash_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, consecutive: bool,
-               window: int | None = None) -> torch.Tensor:
+def attend_row(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    positions: torch.Tensor,
+    consecutive: bool,
+    window: int | None = None,
+) -> torch.Tensor:
     """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd]."""
     tokens, length = q.shape[2], keys.shape[2]
     if tokens > 1 and consecutive and _native_fits(q, keys, values):
         op = native_chunk_attention()
         if op is not None:
-            return op(q[0].transpose(0, 1), keys[0], values[0], length - tokens, -1 if window is None else window).transpose(0, 1)[None]
+            return op(
+                q[0].transpose(0, 1), keys[0], values[0], length - tokens, -1 if window is None else window
+            ).transpose(0, 1)[None]
     return aten_row(q, keys, values, positions, consecutive, window)
 
 
-def aten_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, consecutive: bool,
-             window: int | None = None) -> torch.Tensor:
+def aten_row(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    positions: torch.Tensor,
+    consecutive: bool,
+    window: int | None = None,
+) -> torch.Tensor:
     """`attend_row` in ATen's calls only (the flash paths), whatever the native chunk op would do."""
     tokens, length = q.shape[2], keys.shape[2]
     if window is not None and length > window:
@@ -63,17 +78,29 @@ def aten_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, position
 def _native_fits(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
     """The shapes the native chunk op takes: CPU, float32, hd 32/64/128, each key's hd floats contiguous."""
     head_dim = q.shape[3]
-    return (q.device.type == "cpu" and q.dtype == keys.dtype == values.dtype == torch.float32 and head_dim in (32, 64, 128)
-            and keys.stride(3) == values.stride(3) == 1 and keys.stride(2) == values.stride(2) == head_dim)
+    return (
+        q.device.type == "cpu"
+        and q.dtype == keys.dtype == values.dtype == torch.float32
+        and head_dim in (32, 64, 128)
+        and keys.stride(3) == values.stride(3) == 1
+        and keys.stride(2) == values.stride(2) == head_dim
+    )
 
 
-def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int,
-              consecutive: bool) -> torch.Tensor:
+def _windowed(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, window: int, consecutive: bool
+) -> torch.Tensor:
     """Sliding-window attention: the query at position p sees keys (p - window, p]."""
     tokens, length = q.shape[2], keys.shape[2]
     low = max(0, int(positions[0]) - window + 1) if tokens > 1 else length - window  # the first key any query sees
-    if consecutive and 1 < tokens < window and low > 0 and flash_cpu is not None \
-            and q.device.type == "cpu" and q.dtype == torch.float32:
+    if (
+        consecutive
+        and 1 < tokens < window
+        and low > 0
+        and flash_cpu is not None
+        and q.device.type == "cpu"
+        and q.dtype == torch.float32
+    ):
         return band_window_chunk(q, keys, values, length - tokens, window)
     keys, values = keys[:, :, low:], values[:, :, low:]
     if tokens == 1:
@@ -84,7 +111,9 @@ def _windowed(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positio
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
-def band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, window: int) -> torch.Tensor:
+def band_window_chunk(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int, window: int
+) -> torch.Tensor:
     """T consecutive queries at start..start+T-1 (1 < T < window, start >= window): the shared keys, the
     band and the chunk, each a flash call without a mask, merged (module docstring)."""
     _, heads, tokens, head_dim = q.shape
@@ -95,8 +124,12 @@ def band_window_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     band_keys = keys[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
     band_values = values[:, :, band:shared].flip(2).repeat_interleave(group, dim=1)
     out_band, lse_band = flash_cpu(q[:, :, : tokens - 1].flip(2), band_keys, band_values, 0.0, True)[:2]
-    parts.append((torch.cat([out_band.flip(2), out_band.new_zeros(1, heads, 1, head_dim)], dim=2),
-                  torch.cat([lse_band.flip(2), lse_band.new_full((1, heads, 1), float("-inf"))], dim=2)))
+    parts.append(
+        (
+            torch.cat([out_band.flip(2), out_band.new_zeros(1, heads, 1, head_dim)], dim=2),
+            torch.cat([lse_band.flip(2), lse_band.new_full((1, heads, 1), float("-inf"))], dim=2),
+        )
+    )
     return _merge(parts)
 
 
@@ -105,8 +138,9 @@ def _prefix_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     return _merge(_unmasked_then_chunk(q, keys, values, 0, start))
 
 
-def _unmasked_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, low: int,
-                         start: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _unmasked_then_chunk(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, low: int, start: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(out, lse) of the keys [low, start) that every query sees, then of the chunk [start, ...) causally."""
     _, heads, tokens, head_dim = q.shape
     kv_heads = keys.shape[1]
@@ -116,8 +150,10 @@ def _unmasked_then_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tens
     out, lse = flash_cpu(folded, keys[:, :, low:start], values[:, :, low:start], 0.0, False)[:2]
     chunk_keys = keys[:, :, start:].repeat_interleave(group, dim=1)  # [1, H, T, hd]: a small copy
     chunk_values = values[:, :, start:].repeat_interleave(group, dim=1)
-    return [(out.reshape(1, heads, tokens, head_dim), lse.reshape(1, heads, tokens)),
-            flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2]]
+    return [
+        (out.reshape(1, heads, tokens, head_dim), lse.reshape(1, heads, tokens)),
+        flash_cpu(q, chunk_keys, chunk_values, 0.0, True)[:2],
+    ]
 
 
 def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:

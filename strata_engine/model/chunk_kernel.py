@@ -15,6 +15,7 @@ over its own keys, and the weighted values. Lanes and the order of every sum are
 depends on its own query, keys and place in the chunk only. ~3e-7 from float64 math, not bitwise the flash
 path's. Whether it serves is decided per machine by runtime/native_ops.py.
 """
+
 from __future__ import annotations
 
 from .native_build import native_op, native_source
@@ -26,5 +27,11 @@ _SOURCE = native_source("chunk_attention.cpp")  # strata_engine/native/chunk_att
 
 def native_chunk_attention(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    return native_op(ENV, "strata_chunk_attention", _SOURCE, "chunk_attention",
-                     "prompt chunks use the flash calls of model/attention.py", march)
+    return native_op(
+        ENV,
+        "strata_chunk_attention",
+        _SOURCE,
+        "chunk_attention",
+        "prompt chunks use the flash calls of model/attention.py",
+        march,
+    )

@@ -7,6 +7,7 @@ writes it and refuses, with a message naming the field, anything our forward wou
 qwen2_moe). Sliding windows are implemented where every layer has one: mixtral's `sliding_window` and
 qwen3_moe's with `use_sliding_window` (the embedded model: 1,024 positions).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,7 +52,15 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.architecture!r}; supported: {', '.join(ARCHITECTURES)}")
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
@@ -66,9 +75,13 @@ class ModelConfig:
             raise ValueError(f"num_experts must be >= 0, got {self.num_experts}")
         if self.num_experts:
             if not 1 <= self.num_experts_per_tok <= self.num_experts:
-                raise ValueError(f"num_experts_per_tok must be in [1, num_experts={self.num_experts}], got {self.num_experts_per_tok}")
+                raise ValueError(
+                    f"num_experts_per_tok must be in [1, num_experts={self.num_experts}], got {self.num_experts_per_tok}"
+                )
             if self.moe_intermediate_size < 1:
-                raise ValueError(f"moe_intermediate_size must be >= 1 for an MoE model, got {self.moe_intermediate_size}")
+                raise ValueError(
+                    f"moe_intermediate_size must be >= 1 for an MoE model, got {self.moe_intermediate_size}"
+                )
         elif self.moe_layers:
             raise ValueError(f"moe_layers {self.moe_layers} given for a dense model (num_experts=0)")
         if any(not 0 <= i < self.num_layers for i in self.moe_layers):
@@ -124,7 +137,9 @@ class ModelConfig:
             num_experts_per_tok=int(d.get("num_experts_per_tok", 0)) if moe_layers else 0,
             moe_intermediate_size=moe_inter if moe_layers else 0,
             norm_topk_prob=norm_topk,
-            shared_expert_intermediate_size=int(d.get("shared_expert_intermediate_size") or 0) if arch == "qwen2_moe" else 0,
+            shared_expert_intermediate_size=int(d.get("shared_expert_intermediate_size") or 0)
+            if arch == "qwen2_moe"
+            else 0,
             attention_bias=bool(d.get("qkv_bias", True)) if arch == "qwen2_moe" else False,
             qk_norm=arch == "qwen3_moe",
             moe_layers=moe_layers,
@@ -142,7 +157,9 @@ def _architecture(d: dict[str, Any]) -> str:
         if cls_name in _CLASS_TO_ARCH:
             return _CLASS_TO_ARCH[cls_name]
     named = model_type or (d.get("architectures") or ["<none>"])[0]
-    raise ValueError(f"unknown architecture {named!r} (model_type={model_type!r}, architectures={d.get('architectures')}); supported: {', '.join(ARCHITECTURES)}")
+    raise ValueError(
+        f"unknown architecture {named!r} (model_type={model_type!r}, architectures={d.get('architectures')}); supported: {', '.join(ARCHITECTURES)}"
+    )
 
 
 def _rope_theta(d: dict[str, Any]) -> float:
@@ -154,7 +171,12 @@ def _rope_theta(d: dict[str, Any]) -> float:
 def _refuse_unsupported(arch: str, d: dict[str, Any]) -> None:
     """Features that change the math and that our forward does not implement: refuse, never ignore."""
     scaling = d.get("rope_scaling") or {}
-    rope_type = (d.get("rope_parameters") or {}).get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    rope_type = (
+        (d.get("rope_parameters") or {}).get("rope_type")
+        or scaling.get("rope_type")
+        or scaling.get("type")
+        or "default"
+    )
     if rope_type != "default":
         raise ValueError(f"rope_type {rope_type!r} is not supported (only 'default' rotary embeddings)")
     if d.get("hidden_act", "silu") != "silu":
@@ -162,7 +184,9 @@ def _refuse_unsupported(arch: str, d: dict[str, Any]) -> None:
     sliding_layers = [t for t in d.get("layer_types") or () if t == "sliding_attention"]
     if arch in ("llama", "qwen2_moe") and (d.get("use_sliding_window") or sliding_layers):
         # qwen2_moe windows only the layers past max_window_layers; llama has none: refuse, never ignore
-        raise ValueError(f"sliding_window attention is not supported for {arch} (only qwen3_moe and mixtral, every layer)")
+        raise ValueError(
+            f"sliding_window attention is not supported for {arch} (only qwen3_moe and mixtral, every layer)"
+        )
     if arch in ("llama", "qwen3_moe", "mixtral") and d.get("attention_bias"):
         raise ValueError(f"attention_bias=True is not supported for {arch}")
     if d.get("mlp_bias"):

@@ -14,6 +14,7 @@ stage threads share. Here the same calls run from C++ (`at::linear`, `at::silu`,
 kernels on the same shapes, so every output is bitwise the Python loop's) with the GIL released, so the
 other stage thread's Python runs meanwhile.
 """
+
 from __future__ import annotations
 
 from .native_build import native_op, native_source
@@ -25,5 +26,11 @@ _SOURCE = native_source("routed_experts.cpp")  # strata_engine/native/routed_exp
 
 def native_routed_experts(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    return native_op(ENV, "strata_routed_experts", _SOURCE, "routed_experts",
-                     "MoE layers run their experts in the Python loop of model/transformer.py", march)
+    return native_op(
+        ENV,
+        "strata_routed_experts",
+        _SOURCE,
+        "routed_experts",
+        "MoE layers run their experts in the Python loop of model/transformer.py",
+        march,
+    )

@@ -9,6 +9,7 @@ into exactly our byte ids; 256 and 257 are <bos>/<eos> control tokens; no BOS is
 Needs the `gguf` package (vendored by llama.cpp; scripts/install_llama_cpp.sh installs it).
 Run: `python -m strata_engine.model.gguf_export [MODEL] OUT.gguf`.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,9 @@ class ExportError(ValueError):
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (the alphabet llama.cpp's BPE vocab is spelt in)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = list(printable), 0
     for byte in range(_BYTES):
         if byte not in printable:
@@ -55,8 +58,10 @@ def _check(config: dict[str, Any]) -> None:
     if config.get("model_type") != "qwen3_moe":
         raise ExportError(f"model_type {config.get('model_type')!r}: only qwen3_moe is exported")
     if config.get("vocab_size") != _BYTES + 2 or config.get("bos_token_id") != 256 or config.get("eos_token_id") != 257:
-        raise ExportError("only the byte-level vocabulary (256 bytes, <bos> 256, <eos> 257) is exported; "
-                          f"got vocab_size {config.get('vocab_size')}")
+        raise ExportError(
+            "only the byte-level vocabulary (256 bytes, <bos> 256, <eos> 257) is exported; "
+            f"got vocab_size {config.get('vocab_size')}"
+        )
     if config.get("tie_word_embeddings") or config.get("attention_bias") or config.get("mlp_only_layers"):
         raise ExportError("tied embeddings, attention bias and dense-only layers are not exported")
     if (config.get("decoder_sparse_step") or 1) != 1 or config.get("shared_expert_intermediate_size"):
@@ -125,17 +130,31 @@ def export_gguf(name_or_path: str | Path, out_path: str | Path, dtype: str = "f3
     put("token_embd.weight", hf.pop("model.embed_tokens.weight"))
     put("output_norm.weight", hf.pop("model.norm.weight"))
     put("output.weight", hf.pop("lm_head.weight"))
-    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
-             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp"}
+    names = {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "self_attn.q_norm": "attn_q_norm",
+        "self_attn.k_norm": "attn_k_norm",
+        "mlp.gate": "ffn_gate_inp",
+    }
     for i in range(layers):
         hf_layer = f"model.layers.{i}"
         for ours, theirs in names.items():
             put(f"blk.{i}.{theirs}.weight", hf.pop(f"{hf_layer}.{ours}.weight"))
-        for proj, theirs in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+        for proj, theirs in (
+            ("gate_proj", "ffn_gate_exps"),
+            ("up_proj", "ffn_up_exps"),
+            ("down_proj", "ffn_down_exps"),
+        ):
             # [experts, out, in]: llama.cpp's stacked expert layout
-            put(f"blk.{i}.{theirs}.weight",
-                np.stack([hf.pop(f"{hf_layer}.mlp.experts.{e}.{proj}.weight") for e in range(experts)]))
+            put(
+                f"blk.{i}.{theirs}.weight",
+                np.stack([hf.pop(f"{hf_layer}.mlp.experts.{e}.{proj}.weight") for e in range(experts)]),
+            )
     if hf:
         raise ExportError(f"tensors not exported: {', '.join(sorted(hf)[:5])}")
     writer.write_header_to_file()

@@ -13,6 +13,7 @@ or after it reads, and which a later turn keeping at least floor + W - 1 tokens 
 slot then holds about W + TRIM_MARGIN + a chunk positions at any context. `save` copies from the lowest
 position still held.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,11 +31,15 @@ class ContextOverflowError(ValueError):
     """A write at a position >= ctx: the request is longer than the slot's cache."""
 
     def __init__(self, slot: int, position: int, ctx: int):
-        super().__init__(f"slot {slot}: position {position} does not fit in the KV cache (ctx={ctx}; positions 0..{ctx - 1})")
+        super().__init__(
+            f"slot {slot}: position {position} does not fit in the KV cache (ctx={ctx}; positions 0..{ctx - 1})"
+        )
         self.slot, self.position, self.ctx = slot, position, ctx
 
 
-def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, mmap.mmap | None]:
+def lazy_zeros(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
+) -> tuple[torch.Tensor, mmap.mmap | None]:
     """Zeros of `shape`; on CPU in an anonymous mapping whose pages are committed when first written (and
     the mapping, for `release`), elsewhere torch.zeros (and None)."""
     count = math.prod(shape)
@@ -86,8 +91,16 @@ class SavedPrefix:
 class LayerKV:
     """One layer's cache. k, v: [num_slots, num_kv_heads, ctx, head_dim]."""
 
-    def __init__(self, num_slots: int, num_kv_heads: int, ctx: int, head_dim: int, dtype: torch.dtype, device: torch.device | str,
-                 window: int | None = None):
+    def __init__(
+        self,
+        num_slots: int,
+        num_kv_heads: int,
+        ctx: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        window: int | None = None,
+    ):
         shape = (num_slots, num_kv_heads, ctx, head_dim)
         self.k, self._k_pages = lazy_zeros(shape, dtype, device)
         self.v, self._v_pages = lazy_zeros(shape, dtype, device)
@@ -117,7 +130,9 @@ class LayerKV:
             if last >= self.ctx:
                 raise ContextOverflowError(slot, last, self.ctx)
 
-    def write_row(self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None) -> None:
+    def write_row(
+        self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> None:
         """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]
         whose lowest is `first` (model/rows.Row.first)."""
         at = slice(first, first + k.shape[0]) if positions is None else positions
@@ -198,9 +213,17 @@ class KVCache:
         if not 0 < tokens <= self.ctx:
             raise ValueError(f"cannot save {tokens} positions of a {self.ctx}-position cache")
         first = min([tokens, *(layer.held_from[slot] for layer in self.layers.values())])
-        return SavedPrefix(first, tokens, {
-            i: (layer.k[slot, :, first:tokens].to("cpu", copy=True), layer.v[slot, :, first:tokens].to("cpu", copy=True))
-            for i, layer in self.layers.items()})
+        return SavedPrefix(
+            first,
+            tokens,
+            {
+                i: (
+                    layer.k[slot, :, first:tokens].to("cpu", copy=True),
+                    layer.v[slot, :, first:tokens].to("cpu", copy=True),
+                )
+                for i, layer in self.layers.items()
+            },
+        )
 
     def restore(self, saved: SavedPrefix, slot: int, tokens: int) -> None:
         """Write positions [saved.first, tokens) of `save`'s copy back into `slot` (any slot), every layer

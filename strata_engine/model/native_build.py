@@ -9,6 +9,7 @@ holds the level, a hash of this CPU's flags and a hash of the source. `PREAMBLE`
 shares: the includes, `v16` (16 float lanes held in registers of the target's width) and the softmax's
 exponential, one definition for a scalar and for 16 lanes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -141,17 +142,27 @@ def _build(name: str, source: str, function: str, fallback: str, env: str, march
                 fresh = True  # a partial build: build it again
         _clear_stale_lock(build_dir)
         if fresh:
-            print(f"strata-engine: building the native {function.replace('_', ' ')} for -march={march} (once per "
-                  f"machine and source, ~30-70 s)...", file=sys.stderr, flush=True)
+            print(
+                f"strata-engine: building the native {function.replace('_', ' ')} for -march={march} (once per "
+                f"machine and source, ~30-70 s)...",
+                file=sys.stderr,
+                flush=True,
+            )
         module = _load_showing_warnings(module_name, PREAMBLE + source, march)
         if fresh:
-            print(f"strata-engine: built the native {function.replace('_', ' ')} in {time.monotonic() - began:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"strata-engine: built the native {function.replace('_', ' ')} in {time.monotonic() - began:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         return getattr(module, function)
     except Exception as exc:  # no compiler, no ninja, a build error: the ATen path serves
-        print(f"strata-engine: the native {function.replace('_', ' ')} did not build for -march={march} "
-              f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); "
-              f"{fallback} ({env}=0 skips the build)", file=sys.stderr)
+        print(
+            f"strata-engine: the native {function.replace('_', ' ')} did not build for -march={march} "
+            f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}); "
+            f"{fallback} ({env}=0 skips the build)",
+            file=sys.stderr,
+        )
         return None
 
 

@@ -6,6 +6,7 @@ tensor, how many there are and the positions they sit at. Flat tokens past the l
 they go through the per-token layers (GEMMs, norms) and are never cached, attended to or attended by.
 All of it is plain Python, so a forward needs no host round trip to learn its own shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

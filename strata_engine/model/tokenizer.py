@@ -5,6 +5,7 @@ tokenizer.json, else a `ByteTokenizer` (ids 0..255 are bytes, then <bos> and <eo
 gives a `TokenStream` whose `add(id)` returns the text that became complete with that token ("" while a
 multi-byte character or a multi-token piece is still open) and whose `flush()` returns what is left.
 """
+
 from __future__ import annotations
 
 import codecs

@@ -10,6 +10,7 @@ the expert sums are per token in a fixed expert order. Bitwise independence of t
 count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside.
 No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
 """
+
 from __future__ import annotations
 
 import torch
@@ -100,9 +101,18 @@ class Attention(nn.Module):
         for row in rows.rows:
             span = slice(row.start, row.end)
             kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
-            keys, values = kv.k[row.slot : row.slot + 1, :, : row.last + 1], kv.v[row.slot : row.slot + 1, :, : row.last + 1]  # [1, Hkv, L, hd]
-            o = attend_row(q[span].transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), positions[span], row.consecutive,
-                           self.window)
+            keys, values = (
+                kv.k[row.slot : row.slot + 1, :, : row.last + 1],
+                kv.v[row.slot : row.slot + 1, :, : row.last + 1],
+            )  # [1, Hkv, L, hd]
+            o = attend_row(
+                q[span].transpose(0, 1)[None],
+                keys.to(q.dtype),
+                values.to(q.dtype),
+                positions[span],
+                row.consecutive,
+                self.window,
+            )
             out.append(o[0].transpose(0, 1))  # [T, H, hd]
         if rows.padded > rows.real:
             out.append(q.new_zeros(rows.padded - rows.real, self.num_heads, self.head_dim))
@@ -181,17 +191,24 @@ class MoE(nn.Module):
         y = torch.bmm(hidden.transpose(0, 1), self.down_proj.transpose(1, 2))  # [E, N, I] @ [E, I, D] -> [E, N, D]
         return (y * dense_weights.t()[..., None]).sum(0)  # summed over experts in ascending order
 
-    def every_expert_hidden(self, x: torch.Tensor, weights: torch.Tensor,
-                            experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def every_expert_hidden(
+        self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every expert's SwiGLU hidden state for every row, [N, E, I], and the router weights spread over all
         experts, [N, E] (unchosen experts and padding rows 0): what the down projections take."""
         tokens, (num_experts, inter2, hidden) = x.shape[0], self.gate_up_proj.shape
         dense_weights = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device)  # [N, E]; padding rows weigh 0
         dense_weights[: experts.shape[0]].scatter_(1, experts, weights)
-        gate, up = F.linear(x, self.gate_up_proj.view(num_experts * inter2, hidden)).view(tokens, num_experts, inter2).chunk(2, dim=-1)
+        gate, up = (
+            F.linear(x, self.gate_up_proj.view(num_experts * inter2, hidden))
+            .view(tokens, num_experts, inter2)
+            .chunk(2, dim=-1)
+        )
         return F.silu(gate) * up, dense_weights
 
-    def _routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
+    def _routed(
+        self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None
+    ) -> torch.Tensor:
         op = native_routed_experts() if x.device.type == "cpu" else None
         if op is not None:  # this loop in C++, bitwise the same (model/expert_kernel.py)
             return op(x, weights, experts, self.gate_up_proj, self.down_proj, self.row_tile)
@@ -262,7 +279,9 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, kv: KVCache, slots: torch.Tensor) -> torch.Tensor:
         if tokens.shape != positions.shape or tokens.dim() != 2 or slots.shape != tokens.shape[:1]:
-            raise ValueError(f"tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)} must be [B, T] and slots {tuple(slots.shape)} [B]")
+            raise ValueError(
+                f"tokens {tuple(tokens.shape)}, positions {tuple(positions.shape)} must be [B, T] and slots {tuple(slots.shape)} [B]"
+            )
         batch, length = tokens.shape
         rows = Rows.of(slots.tolist(), positions.tolist())  # the call's one host round trip
         flat_positions = positions.reshape(-1)

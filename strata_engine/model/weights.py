@@ -6,6 +6,7 @@ gate/up in one, experts stacked [E, ...]) and accepts experts saved per expert (
 mixtral's `block_sparse_moe.experts.E.w1`) or fused (`experts.gate_up_proj [E, 2I, D]`). A missing,
 unexpected or wrongly shaped tensor is a ValueError that names the tensor (and both shapes).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,14 @@ from .transformer import Transformer
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # Tensors some exporters write that carry nothing we need (rotary tables are recomputed).
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
 def embedded_models() -> list[str]:
@@ -62,7 +70,9 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
-def load_model(path_or_name: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None) -> tuple[Transformer, ModelConfig]:
+def load_model(
+    path_or_name: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
+) -> tuple[Transformer, ModelConfig]:
     mkl_mode.pin()  # before this model's first GEMM: bits independent of the thread count (mkl_mode.py)
     model_dir = resolve_model_path(path_or_name)
     config = read_config(model_dir)
@@ -139,7 +149,10 @@ class _Source:
 def to_our_state_dict(hf: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
     src, c = _Source(hf), config
     d, hd, q_dim, kv_dim = c.hidden_size, c.head_dim, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    out = {"embed_tokens.weight": src.take("model.embed_tokens.weight", (c.vocab_size, d)), "norm.weight": src.take("model.norm.weight", (d,))}
+    out = {
+        "embed_tokens.weight": src.take("model.embed_tokens.weight", (c.vocab_size, d)),
+        "norm.weight": src.take("model.norm.weight", (d,)),
+    }
     if c.tie_word_embeddings:
         if src.has("lm_head.weight"):  # some exporters write the tied copy anyway
             src.take("lm_head.weight", (c.vocab_size, d))
@@ -152,11 +165,19 @@ def to_our_state_dict(hf: dict[str, torch.Tensor], config: ModelConfig) -> dict[
         out[f"{ours}.post_attention_layernorm.weight"] = src.take(f"{hf_layer}.post_attention_layernorm.weight", (d,))
         attn = f"{hf_layer}.self_attn"
         out[f"{ours}.self_attn.qkv_proj.weight"] = torch.cat(
-            [src.take(f"{attn}.q_proj.weight", (q_dim, d)), src.take(f"{attn}.k_proj.weight", (kv_dim, d)), src.take(f"{attn}.v_proj.weight", (kv_dim, d))]
+            [
+                src.take(f"{attn}.q_proj.weight", (q_dim, d)),
+                src.take(f"{attn}.k_proj.weight", (kv_dim, d)),
+                src.take(f"{attn}.v_proj.weight", (kv_dim, d)),
+            ]
         )
         if c.attention_bias:
             out[f"{ours}.self_attn.qkv_proj.bias"] = torch.cat(
-                [src.take(f"{attn}.q_proj.bias", (q_dim,)), src.take(f"{attn}.k_proj.bias", (kv_dim,)), src.take(f"{attn}.v_proj.bias", (kv_dim,))]
+                [
+                    src.take(f"{attn}.q_proj.bias", (q_dim,)),
+                    src.take(f"{attn}.k_proj.bias", (kv_dim,)),
+                    src.take(f"{attn}.v_proj.bias", (kv_dim,)),
+                ]
             )
         out[f"{ours}.self_attn.o_proj.weight"] = src.take(f"{attn}.o_proj.weight", (d, q_dim))
         if c.qk_norm:
@@ -165,17 +186,27 @@ def to_our_state_dict(hf: dict[str, torch.Tensor], config: ModelConfig) -> dict[
         if c.layer_is_moe(i):
             out.update(_moe_tensors(src, c, hf_layer, f"{ours}.mlp"))
         else:
-            out.update(_mlp_tensors(src, f"{hf_layer}.mlp", f"{ours}.mlp", d, c.intermediate_size, ("gate_proj", "up_proj", "down_proj")))
+            out.update(
+                _mlp_tensors(
+                    src, f"{hf_layer}.mlp", f"{ours}.mlp", d, c.intermediate_size, ("gate_proj", "up_proj", "down_proj")
+                )
+            )
     extra = src.leftovers()
     if extra:
-        raise ValueError(f"unexpected tensor {extra[0]} ({len(extra)} unexpected in all: {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''})")
+        raise ValueError(
+            f"unexpected tensor {extra[0]} ({len(extra)} unexpected in all: {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''})"
+        )
     return out
 
 
-def _mlp_tensors(src: _Source, hf: str, ours: str, d: int, inter: int, names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+def _mlp_tensors(
+    src: _Source, hf: str, ours: str, d: int, inter: int, names: tuple[str, str, str]
+) -> dict[str, torch.Tensor]:
     gate, up, down = names
     return {
-        f"{ours}.gate_up_proj.weight": torch.cat([src.take(f"{hf}.{gate}.weight", (inter, d)), src.take(f"{hf}.{up}.weight", (inter, d))]),
+        f"{ours}.gate_up_proj.weight": torch.cat(
+            [src.take(f"{hf}.{gate}.weight", (inter, d)), src.take(f"{hf}.{up}.weight", (inter, d))]
+        ),
         f"{ours}.down_proj.weight": src.take(f"{hf}.{down}.weight", (d, inter)),
     }
 
@@ -183,18 +214,29 @@ def _mlp_tensors(src: _Source, hf: str, ours: str, d: int, inter: int, names: tu
 def _moe_tensors(src: _Source, c: ModelConfig, hf_layer: str, ours: str) -> dict[str, torch.Tensor]:
     d, inter, experts = c.hidden_size, c.moe_intermediate_size, c.num_experts
     # mixtral checkpoints name the block `block_sparse_moe`; transformers 5 internals call it `mlp`.
-    prefix = f"{hf_layer}.block_sparse_moe" if src.has(f"{hf_layer}.block_sparse_moe.gate.weight") else f"{hf_layer}.mlp"
+    prefix = (
+        f"{hf_layer}.block_sparse_moe" if src.has(f"{hf_layer}.block_sparse_moe.gate.weight") else f"{hf_layer}.mlp"
+    )
     out = {f"{ours}.gate.weight": src.take(f"{prefix}.gate.weight", (experts, d))}
     if src.has(f"{prefix}.experts.gate_up_proj"):  # fused layout
         out[f"{ours}.gate_up_proj"] = src.take(f"{prefix}.experts.gate_up_proj", (experts, 2 * inter, d))
         out[f"{ours}.down_proj"] = src.take(f"{prefix}.experts.down_proj", (experts, d, inter))
     else:
-        names = ("w1", "w3", "w2") if src.has(f"{prefix}.experts.0.w1.weight") else ("gate_proj", "up_proj", "down_proj")
+        names = (
+            ("w1", "w3", "w2") if src.has(f"{prefix}.experts.0.w1.weight") else ("gate_proj", "up_proj", "down_proj")
+        )
         per_expert = [_mlp_tensors(src, f"{prefix}.experts.{e}", "x", d, inter, names) for e in range(experts)]
         out[f"{ours}.gate_up_proj"] = torch.stack([t["x.gate_up_proj.weight"] for t in per_expert])
         out[f"{ours}.down_proj"] = torch.stack([t["x.down_proj.weight"] for t in per_expert])
     if c.shared_expert_intermediate_size:
-        shared = _mlp_tensors(src, f"{prefix}.shared_expert", f"{ours}.shared_expert", d, c.shared_expert_intermediate_size, ("gate_proj", "up_proj", "down_proj"))
+        shared = _mlp_tensors(
+            src,
+            f"{prefix}.shared_expert",
+            f"{ours}.shared_expert",
+            d,
+            c.shared_expert_intermediate_size,
+            ("gate_proj", "up_proj", "down_proj"),
+        )
         out.update(shared)
         out[f"{ours}.shared_expert_gate.weight"] = src.take(f"{prefix}.shared_expert_gate.weight", (1, d))
     return out
@@ -213,16 +255,30 @@ def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         hf[f"{h}.post_attention_layernorm.weight"] = ours[f"{o}.post_attention_layernorm.weight"]
         for part in ("weight", "bias") if c.attention_bias else ("weight",):
             q, k, v = ours[f"{o}.self_attn.qkv_proj.{part}"].split([q_dim, kv_dim, kv_dim])
-            hf[f"{h}.self_attn.q_proj.{part}"], hf[f"{h}.self_attn.k_proj.{part}"], hf[f"{h}.self_attn.v_proj.{part}"] = q, k, v
+            (
+                hf[f"{h}.self_attn.q_proj.{part}"],
+                hf[f"{h}.self_attn.k_proj.{part}"],
+                hf[f"{h}.self_attn.v_proj.{part}"],
+            ) = q, k, v
         hf[f"{h}.self_attn.o_proj.weight"] = ours[f"{o}.self_attn.o_proj.weight"]
         if c.qk_norm:
             hf[f"{h}.self_attn.q_norm.weight"] = ours[f"{o}.self_attn.q_norm.weight"]
             hf[f"{h}.self_attn.k_norm.weight"] = ours[f"{o}.self_attn.k_norm.weight"]
         if not c.layer_is_moe(i):
             gate, up = ours[f"{o}.mlp.gate_up_proj.weight"].chunk(2)
-            hf.update({f"{h}.mlp.gate_proj.weight": gate, f"{h}.mlp.up_proj.weight": up, f"{h}.mlp.down_proj.weight": ours[f"{o}.mlp.down_proj.weight"]})
+            hf.update(
+                {
+                    f"{h}.mlp.gate_proj.weight": gate,
+                    f"{h}.mlp.up_proj.weight": up,
+                    f"{h}.mlp.down_proj.weight": ours[f"{o}.mlp.down_proj.weight"],
+                }
+            )
             continue
-        prefix, names = (f"{h}.block_sparse_moe", ("w1", "w3", "w2")) if c.architecture == "mixtral" else (f"{h}.mlp", ("gate_proj", "up_proj", "down_proj"))
+        prefix, names = (
+            (f"{h}.block_sparse_moe", ("w1", "w3", "w2"))
+            if c.architecture == "mixtral"
+            else (f"{h}.mlp", ("gate_proj", "up_proj", "down_proj"))
+        )
         hf[f"{prefix}.gate.weight"] = ours[f"{o}.mlp.gate.weight"]
         for e in range(c.num_experts):
             gate, up = ours[f"{o}.mlp.gate_up_proj"][e].chunk(2)
@@ -271,12 +327,24 @@ def hf_config_dict(config: ModelConfig) -> dict:
         "use_cache": True,
     }
     if c.architecture == "mixtral":
-        d.update(num_local_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok, intermediate_size=c.moe_intermediate_size, sliding_window=c.sliding_window)
+        d.update(
+            num_local_experts=c.num_experts,
+            num_experts_per_tok=c.num_experts_per_tok,
+            intermediate_size=c.moe_intermediate_size,
+            sliding_window=c.sliding_window,
+        )
     elif c.architecture in ("qwen2_moe", "qwen3_moe"):
         dense = [i for i in range(c.num_layers) if not c.layer_is_moe(i)]
-        d.update(num_experts=c.num_experts, num_experts_per_tok=c.num_experts_per_tok, moe_intermediate_size=c.moe_intermediate_size,
-                 norm_topk_prob=c.norm_topk_prob, decoder_sparse_step=1, mlp_only_layers=dense,
-                 use_sliding_window=c.sliding_window is not None, sliding_window=c.sliding_window)
+        d.update(
+            num_experts=c.num_experts,
+            num_experts_per_tok=c.num_experts_per_tok,
+            moe_intermediate_size=c.moe_intermediate_size,
+            norm_topk_prob=c.norm_topk_prob,
+            decoder_sparse_step=1,
+            mlp_only_layers=dense,
+            use_sliding_window=c.sliding_window is not None,
+            sliding_window=c.sliding_window,
+        )
         if c.architecture == "qwen2_moe":
             d.update(shared_expert_intermediate_size=c.shared_expert_intermediate_size, qkv_bias=c.attention_bias)
             d.pop("attention_bias")

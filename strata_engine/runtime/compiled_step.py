@@ -29,6 +29,7 @@ compiled step at start (inductor's graph cache skips frozen graphs) and one froz
 weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
 batch invariance (backends.build_torch).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,12 +50,22 @@ from ..model.kv_cache import KVCache
 # Registered with torch.library's low-level API: a call cost ~10 µs of dispatch where a
 # `torch.library.custom_op` cost ~33 µs (a one-off timing here), and the step makes one call per layer.
 _LIBRARY = torch.library.Library("strata", "DEF")
-_LIBRARY.define("decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, "
-                "Tensor positions, int window) -> Tensor")
+_LIBRARY.define(
+    "decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, "
+    "Tensor positions, int window) -> Tensor"
+)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
+) -> torch.Tensor:
     """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding, after the rows): write each
     row's key and value at (slot, position), attend over the slot's positions 0..position; padding rows
     give zeros. On the CPU in float32 the native op does it all in one call (runtime/decode_kernel.py); else
@@ -65,8 +76,16 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache:
     return per_row_attention(q, k, v, k_cache, v_cache, slots, positions, window)
 
 
-def per_row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      slots: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+def per_row_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    positions: torch.Tensor,
+    window: int,
+) -> torch.Tensor:
     """`decode_attention` in ATen calls: the writes as one indexed copy per cache (one op instead of two a row),
     and each row's attention over a view of its slot (`attend_row`): the op's own cost was ~30 us a row against
     ~26 us of attention."""
@@ -81,8 +100,14 @@ def per_row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
     grouped = q[:real].unsqueeze(2)  # [real, H, 1, hd]: row i is grouped[i : i + 1]
     for i, slot in enumerate(rows):
         end = at[i] + 1
-        o = attend_row(grouped[i : i + 1], k_cache[slot : slot + 1, :, :end], v_cache[slot : slot + 1, :, :end],
-                       positions[i : i + 1], True, None if window < 0 else window)
+        o = attend_row(
+            grouped[i : i + 1],
+            k_cache[slot : slot + 1, :, :end],
+            v_cache[slot : slot + 1, :, :end],
+            positions[i : i + 1],
+            True,
+            None if window < 0 else window,
+        )
         out[i] = o[0, :, 0]
     return out
 
@@ -107,8 +132,9 @@ def _own_code(method):
     object, so each instance's graphs (its buckets) are its own and never crowd another instance's out."""
     func = method.__func__
     code = func.__code__.replace(co_name=f"{func.__code__.co_name}_{id(method.__self__):x}")
-    return types.MethodType(types.FunctionType(code, func.__globals__, code.co_name, func.__defaults__, func.__closure__),
-                            method.__self__)
+    return types.MethodType(
+        types.FunctionType(code, func.__globals__, code.co_name, func.__defaults__, func.__closure__), method.__self__
+    )
 
 
 def recompiles_allowed():
@@ -138,8 +164,19 @@ def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
 
 
 class CompiledDecode:
-    def __init__(self, model: torch.nn.Module, layers: range, cache: KVCache, is_first: bool, is_last: bool,
-                 row_tile: int, num_slots: int, threads: int | None = None, device: str = "cpu", gemms: str | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        layers: range,
+        cache: KVCache,
+        is_first: bool,
+        is_last: bool,
+        row_tile: int,
+        num_slots: int,
+        threads: int | None = None,
+        device: str = "cpu",
+        gemms: str | None = None,
+    ):
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms_choice() if gemms is None else gemms
         self.is_first, self.is_last, self.device = is_first, is_last, device
@@ -163,7 +200,9 @@ class CompiledDecode:
             o = torch.ops.strata.decode_attention(q, k, v, kv.k, kv.v, slots, positions, self.window)
             h = h + attn.o_proj(o.reshape(o.shape[0], -1))
             x = block.post_attention_layernorm(h)
-            h = h + (_moe(block.mlp, x, weight, self.gemms == "template") if isinstance(block.mlp, MoE) else block.mlp(x))
+            h = h + (
+                _moe(block.mlp, x, weight, self.gemms == "template") if isinstance(block.mlp, MoE) else block.mlp(x)
+            )
         return self.model.head(h) if self.is_last else h
 
     def _warm_up(self, threads: int | None) -> float:
@@ -178,9 +217,13 @@ class CompiledDecode:
             largest = {bucket: rows for rows, bucket in self.bucket_of.items()}
             with torch.inference_mode(), self.compiling():
                 for rows in largest.values():
-                    self._call([(slot, 0) for slot in range(rows)], torch.zeros(rows, dtype=torch.long),
-                               torch.zeros(self.bucket_of[rows], self.model.config.hidden_size, device=self.device,
-                                           dtype=self.dtype))
+                    self._call(
+                        [(slot, 0) for slot in range(rows)],
+                        torch.zeros(rows, dtype=torch.long),
+                        torch.zeros(
+                            self.bucket_of[rows], self.model.config.hidden_size, device=self.device, dtype=self.dtype
+                        ),
+                    )
         finally:
             torch.set_num_threads(previous)
         return time.perf_counter() - start
@@ -240,13 +283,26 @@ def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor, one_down_gemm: bool = 
 def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     hidden, dense = moe.every_expert_hidden(x, weights, experts)
     routed = hidden * dense[..., None]  # [N, E, I], unchosen experts' rows 0
-    return F.linear(routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1))  # [N, E*I] @ [E*I, D]
+    return F.linear(
+        routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1)
+    )  # [N, E*I] @ [E*I, D]
 
 
-def compiled_stage(model: torch.nn.Module, plan, cache: KVCache, is_first: bool, is_last: bool, row_tile: int,
-                   num_slots: int, threads: int | None, gemms: str) -> CompiledDecode:
+def compiled_stage(
+    model: torch.nn.Module,
+    plan,
+    cache: KVCache,
+    is_first: bool,
+    is_last: bool,
+    row_tile: int,
+    num_slots: int,
+    threads: int | None,
+    gemms: str,
+) -> CompiledDecode:
     """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up."""
-    return CompiledDecode(model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device, gemms)
+    return CompiledDecode(
+        model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device, gemms
+    )
 
 
 def compile_info(built, gemms: str = "aten") -> dict | None:
@@ -255,5 +311,4 @@ def compile_info(built, gemms: str = "aten") -> dict | None:
     built = list(built)
     if not built:
         return None
-    return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2),
-            "gemms": gemms}
+    return {"graphs": int(sum(g for g, _ in built)), "compile_s": round(sum(s for _, s in built), 2), "gemms": gemms}

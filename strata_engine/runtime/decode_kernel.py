@@ -14,6 +14,7 @@ a max-subtracted softmax and the weighted sum of values, the query heads of a kv
 keys. A row's result depends on its own query and keys only, in a fixed order, so it is the same whatever
 rows share the call; it is not bitwise ATen's flash result (a different summation order, ~1e-7 apart).
 """
+
 from __future__ import annotations
 
 from ..model.native_build import native_op, native_source
@@ -25,4 +26,6 @@ _SOURCE = native_source("decode_attention.cpp")  # strata_engine/native/decode_a
 
 def native_decode_attention(march: str | None = None):
     """The built op, or None (turned off, or no build here: the reason once on stderr)."""
-    return native_op(ENV, "strata_decode_attention", _SOURCE, "decode_attention", "decode rows use ATen's per-row attention", march)
+    return native_op(
+        ENV, "strata_decode_attention", _SOURCE, "decode_attention", "decode rows use ATen's per-row attention", march
+    )

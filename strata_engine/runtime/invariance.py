@@ -19,6 +19,7 @@ must also make M x width a whole number of vector steps for every such op's row 
 odd width needs 32. CUDA GEMMs pick split-K and tile shapes by problem size, so no padding makes them
 invariant there; that needs fixed-tile kernels (see docs/measurements/batch-invariance.md).
 """
+
 from __future__ import annotations
 
 import torch
@@ -111,7 +112,9 @@ def probe_gemm_rows(inner_sizes: set[int], row_tile: int, threads: int | None, s
         for inner in sorted(inner_sizes):
             weight = torch.randn(inner, 384, generator=generator).t()  # column-major, as apply_row_tile lays them
             x = torch.randn(row_tile * 33, inner, generator=generator)
-            alone = torch.cat([torch.nn.functional.linear(x[i : i + row_tile], weight) for i in range(0, x.shape[0], row_tile)])
+            alone = torch.cat(
+                [torch.nn.functional.linear(x[i : i + row_tile], weight) for i in range(0, x.shape[0], row_tile)]
+            )
             for tiles in (2, 3, 5, 33):
                 rows = tiles * row_tile
                 if not torch.equal(torch.nn.functional.linear(x[:rows], weight), alone[:rows]):

@@ -9,6 +9,7 @@ keyed by the CPU's flags, torch, the op's source and its -march, so later starts
 racing, and every process on the machine serves the same path (the first verdict written wins; a process
 that never raced reads it too: model/native_build.py).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,6 +31,7 @@ ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
 SAMPLE_S = 0.004  # a sample is the mean of as many calls as take about this long
 
+
 def time_calls(arm: str, fn: Callable[[], object], calls: int) -> float:
     """Seconds per call of `calls` calls of fn (`arm` names the path: a test fakes the clock through it)."""
     start = time.perf_counter()
@@ -42,12 +44,14 @@ def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[floa
     """The fastest sample's seconds per call of each arm, samples alternating A, B, B, A, ... after one
     warm-up each: another process's load only adds time, so the least time is the op's own."""
     native(), aten()
-    calls = {arm: max(1, int(SAMPLE_S / max(time_calls(arm, fn, 1), 1e-7)))
-             for arm, fn in (("native", native), ("aten", aten))}
+    calls = {
+        arm: max(1, int(SAMPLE_S / max(time_calls(arm, fn, 1), 1e-7)))
+        for arm, fn in (("native", native), ("aten", aten))
+    }
     samples: dict[str, list[float]] = {"native": [], "aten": []}
     arms = [("native", native), ("aten", aten)]
     for i in range(ROUNDS):
-        for arm, fn in (arms if i % 2 == 0 else arms[::-1]):
+        for arm, fn in arms if i % 2 == 0 else arms[::-1]:
             samples[arm].append(time_calls(arm, fn, calls[arm]))
     return min(samples["native"]), min(samples["aten"])
 
@@ -73,8 +77,12 @@ def _chunk_arms(model, chunk: int, name: str):
         q = torch.randn(chunk, c.num_heads, c.head_dim, generator=g).transpose(0, 1)[None]
         keys, values = (torch.randn(1, c.num_kv_heads, length, c.head_dim, generator=g) for _ in range(2))
         positions = torch.arange(start, length)
-        arms.append((lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
-                     lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window)))
+        arms.append(
+            (
+                lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
+                lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window),
+            )
+        )
     return arms, f"a {chunk}-token chunk at 0 and at {max(window or 0, 2 * chunk)}"
 
 
@@ -117,12 +125,27 @@ def _decode_arms(model, batch: int, name: str):
 
 # label -> (switch, op name in native_build, accessor, source, arms)
 OPS = {
-    "chunk attention": (chunk_kernel.ENV, "strata_chunk_attention", chunk_kernel.native_chunk_attention,
-                        chunk_kernel._SOURCE, _chunk_arms),
-    "routed experts": (expert_kernel.ENV, "strata_routed_experts", expert_kernel.native_routed_experts,
-                       expert_kernel._SOURCE, _expert_arms),
-    "decode attention": (decode_kernel.ENV, "strata_decode_attention", decode_kernel.native_decode_attention,
-                         decode_kernel._SOURCE, _decode_arms),
+    "chunk attention": (
+        chunk_kernel.ENV,
+        "strata_chunk_attention",
+        chunk_kernel.native_chunk_attention,
+        chunk_kernel._SOURCE,
+        _chunk_arms,
+    ),
+    "routed experts": (
+        expert_kernel.ENV,
+        "strata_routed_experts",
+        expert_kernel.native_routed_experts,
+        expert_kernel._SOURCE,
+        _expert_arms,
+    ),
+    "decode attention": (
+        decode_kernel.ENV,
+        "strata_decode_attention",
+        decode_kernel.native_decode_attention,
+        decode_kernel._SOURCE,
+        _decode_arms,
+    ),
 }
 
 
@@ -148,8 +171,9 @@ def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, di
             verdict = {"path": "native", "why": f"{env}=1"}
         else:
             # raced on the default layout's 256-token chunks whatever this engine's chunk: one verdict a machine
-            verdict = _verdict(label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK,
-                               threads)
+            verdict = _verdict(
+                label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK, threads
+            )
         native_build.serve(name, verdict["path"])
         chosen[label] = {**verdict, "march": native_march()}
         print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
@@ -172,8 +196,12 @@ def _verdict(label: str, name: str, source: str, arms_of, model, size: int, thre
         torch.set_num_threads(before)
     native_s, aten_s = sum(t[0] for t in timed), sum(t[1] for t in timed)
     path = "native" if native_s <= aten_s else "aten"
-    verdict = {"path": path, "native_ms": round(native_s * 1e3, 3), "aten_ms": round(aten_s * 1e3, 3),
-               "why": f"the op took {native_s / aten_s:.2f}x ATen's time ({shapes}, {threads} thread(s))"}
+    verdict = {
+        "path": path,
+        "native_ms": round(native_s * 1e3, 3),
+        "aten_ms": round(aten_s * 1e3, 3),
+        "why": f"the op took {native_s / aten_s:.2f}x ATen's time ({shapes}, {threads} thread(s))",
+    }
     return _cache_write(key, verdict)
 
 

@@ -11,6 +11,7 @@ step on, where every stage is on the CPU, a micro-batch of decode rows sent into
 every layer in one compiled call on the first stage's thread and goes straight to the output (the whole
 decode; `MicroBatch.whole` says it did): its bits are the stage-by-stage step's, without the hand-overs.
 """
+
 from __future__ import annotations
 
 import queue
@@ -88,8 +89,12 @@ class Part:
         tokens = [t for _, _, ids in rows for t in ids]
         positions = [[first + i for i in range(len(ids))] for _, first, ids in rows]
         layout = Rows.of([slot for slot, _, _ in rows], positions)
-        return cls(torch.tensor(tokens, dtype=torch.long), torch.tensor([p for row in positions for p in row], dtype=torch.long),
-                   layout, want_logits)
+        return cls(
+            torch.tensor(tokens, dtype=torch.long),
+            torch.tensor([p for row in positions for p in row], dtype=torch.long),
+            layout,
+            want_logits,
+        )
 
     @classmethod
     def uniform(cls, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, want_logits: bool) -> "Part":
@@ -109,9 +114,22 @@ class MicroBatch:
 
 
 class Stage(threading.Thread):
-    def __init__(self, plan: StagePlan, model: torch.nn.Module, cache: KVCache, inbox: queue.Queue,
-                 outbox: queue.Queue, is_first: bool, is_last: bool, threads: int | None, row_tile: int, compiled=None,
-                 decode_threads: int | None = None, whole=None, done: queue.Queue | None = None):
+    def __init__(
+        self,
+        plan: StagePlan,
+        model: torch.nn.Module,
+        cache: KVCache,
+        inbox: queue.Queue,
+        outbox: queue.Queue,
+        is_first: bool,
+        is_last: bool,
+        threads: int | None,
+        row_tile: int,
+        compiled=None,
+        decode_threads: int | None = None,
+        whole=None,
+        done: queue.Queue | None = None,
+    ):
         super().__init__(name=f"strata-stage-{plan.index}", daemon=True)
         self.plan, self.model, self.cache = plan, model, cache
         self.inbox, self.outbox = inbox, outbox
@@ -161,12 +179,29 @@ class Stage(threading.Thread):
         if self.decode_threads and self.threads and part.rows.real == len(part.rows.rows):
             torch.set_num_threads(self.decode_threads)  # ~50 us a switch; bits equal (the thread probe said so)
             try:
-                return stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last,
-                                     self.row_tile, self.plan.device)
+                return stage_forward(
+                    self.model,
+                    self.plan.layers,
+                    self.cache,
+                    part,
+                    self.is_first,
+                    self.is_last,
+                    self.row_tile,
+                    self.plan.device,
+                )
             finally:
                 torch.set_num_threads(self.threads)
-        stage_forward(self.model, self.plan.layers, self.cache, part, self.is_first, self.is_last, self.row_tile, self.plan.device,
-                      self.compiled)
+        stage_forward(
+            self.model,
+            self.plan.layers,
+            self.cache,
+            part,
+            self.is_first,
+            self.is_last,
+            self.row_tile,
+            self.plan.device,
+            self.compiled,
+        )
 
 
 class _AllLayers:
@@ -182,14 +217,26 @@ class _AllLayers:
 class Pipeline:
     """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
-    def __init__(self, model: torch.nn.Module, stages: Sequence[StagePlan], num_slots: int, ctx: int,
-                 dtype: torch.dtype, threads: int | None = None, row_tile: int | None = None, compile: bool = False,
-                 decode_all_threads: bool = False, gemms: str = "aten"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        stages: Sequence[StagePlan],
+        num_slots: int,
+        ctx: int,
+        dtype: torch.dtype,
+        threads: int | None = None,
+        row_tile: int | None = None,
+        compile: bool = False,
+        decode_all_threads: bool = False,
+        gemms: str = "aten",
+    ):
         """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1;
         1 = padding off, no invariance claim). compile: decode-only micro-batches through each stage's compiled
         step, compiled here (the warm-up), its GEMMs `gemms` (runtime/compiled_step.py). decode_all_threads: decode parts at the stages' full thread count."""
         self.stages = list(stages)
-        self.row_tile = default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
+        self.row_tile = (
+            default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
+        )
         self.threads = threads
         apply_row_tile(model, self.row_tile)
         devices = {plan.device for plan in stages}
@@ -197,15 +244,26 @@ class Pipeline:
         self.batch_invariant = all(invariance_holds(model.config, d, dtype, self.row_tile, threads) for d in devices)
         # and across layouts: no stage's bits move with its thread count (runtime/thread_probe.py); the compiled
         # step's kernels differ from the eager forward's in the last bits, so a compiled engine does not claim it
-        self.layout_invariant = self.batch_invariant and not compile and all(
-            stage_threads_agree(model, plan.layers, self.row_tile, threads, plan.device, i == 0, i == len(stages) - 1, Part.ragged)
-            for i, plan in enumerate(stages))
+        self.layout_invariant = (
+            self.batch_invariant
+            and not compile
+            and all(
+                stage_threads_agree(
+                    model, plan.layers, self.row_tile, threads, plan.device, i == 0, i == len(stages) - 1, Part.ragged
+                )
+                for i, plan in enumerate(stages)
+            )
+        )
         config = model.config
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
         self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
-        compiled = [compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads, gemms)
-                    if compile else None for i, (plan, cache) in enumerate(zip(stages, self.caches))]
+        compiled = [
+            compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads, gemms)
+            if compile
+            else None
+            for i, (plan, cache) in enumerate(zip(stages, self.caches))
+        ]
         # The whole decode: where every stage is on one CPU, a decode micro-batch sent into an empty pipeline runs
         # every layer in one compiled call on the first stage's thread, with no hand-over between stages (which
         # costs more than the rows on a 2-core machine: docs/measurements/whole-decode.md). Its graphs are one
@@ -213,7 +271,9 @@ class Pipeline:
         whole = None
         if compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
             every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
-            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads, gemms)
+            whole = compiled_stage(
+                model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads, gemms
+            )
         self._whole = whole
         self.compile_info = compile_info(((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None), gemms)
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
@@ -221,8 +281,20 @@ class Pipeline:
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
         decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
         self._workers = [
-            Stage(plan, model, cache, queues[i], queues[i + 1], i == 0, i == len(stages) - 1, threads, self.row_tile, c,
-                  decode_threads, *((whole, self._done) if i == 0 else ()))
+            Stage(
+                plan,
+                model,
+                cache,
+                queues[i],
+                queues[i + 1],
+                i == 0,
+                i == len(stages) - 1,
+                threads,
+                self.row_tile,
+                c,
+                decode_threads,
+                *((whole, self._done) if i == 0 else ()),
+            )
             for i, (plan, cache, c) in enumerate(zip(stages, self.caches, compiled))
         ]
         for worker in self._workers:

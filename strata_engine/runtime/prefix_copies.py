@@ -7,6 +7,7 @@ between the forwards before and after it; `HostPrefixes.apply` carries it out on
 (model/kv_cache.py). A save that cannot get the memory raises; the scheduler's store then evicts
 (scheduler/prompt_cache/policy.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -3,6 +3,7 @@
 Greedy is a plain argmax over float32 logits so it is independent of batch composition. A seeded
 request draws from its own torch.Generator, so the same seed gives the same tokens wherever it runs.
 """
+
 from __future__ import annotations
 
 import torch

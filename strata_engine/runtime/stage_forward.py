@@ -7,6 +7,7 @@ embeds `part.tokens`, a later stage continues from `part.hidden` (each stage fir
 next stage. The flat tokens and the head's rows are padded to a multiple of `row_tile` here, so the
 same padding happens in every stage runtime; padding tokens are never cached or attended to.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,17 @@ def _pad(t: torch.Tensor, rows: int) -> torch.Tensor:
     return t if extra == 0 else torch.cat([t, t.new_zeros(extra, *t.shape[1:])])
 
 
-def stage_forward(model: torch.nn.Module, layers: range, cache: KVCache, part, is_first: bool, is_last: bool,
-                  row_tile: int, device: str, compiled=None) -> None:
+def stage_forward(
+    model: torch.nn.Module,
+    layers: range,
+    cache: KVCache,
+    part,
+    is_first: bool,
+    is_last: bool,
+    row_tile: int,
+    device: str,
+    compiled=None,
+) -> None:
     """compiled: the stage's CompiledDecode (runtime/compiled_step.py), which takes decode-only parts."""
     cache.trim(part.rows.rows)  # positions behind a sliding window go back to the OS (model/kv_cache.py)
     if compiled is not None and compiled.run(part):

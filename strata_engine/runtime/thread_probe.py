@@ -10,6 +10,7 @@ probes its own layers here, at start, on a scratch cache: prompt rows, then deco
 at its count; the engine claims `layout_invariant` only where every stage agrees and it claims batch
 invariance. ~50 ms a stage on the embedded model (quiet machine).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,8 +24,16 @@ from .stage_forward import stage_forward
 PROBE_SLOTS, PROBE_PROMPT, PROBE_STEPS = 2, 20, 2  # the decode steps are where the bits moved
 
 
-def stage_threads_agree(model: torch.nn.Module, layers: range, row_tile: int, threads: int | None, device: str,
-                        is_first: bool, is_last: bool, ragged: Callable) -> bool:
+def stage_threads_agree(
+    model: torch.nn.Module,
+    layers: range,
+    row_tile: int,
+    threads: int | None,
+    device: str,
+    is_first: bool,
+    is_last: bool,
+    ragged: Callable,
+) -> bool:
     """True when this stage's prompt and decode outputs are bitwise equal at 1 thread and at `threads`.
     ragged: `Part.ragged` (runtime/pipeline.py), passed in so this module stays below the pipeline."""
     previous = torch.get_num_threads()
@@ -45,16 +54,22 @@ def _outputs(model, layers, row_tile, device, is_first, is_last, ragged) -> list
     dtype = next(model.layers[layers[0]].parameters()).dtype
     cache = KVCache(model.config, PROBE_SLOTS + 1, PROBE_PROMPT + PROBE_STEPS + 1, dtype, device, layers=layers)
     generator = torch.Generator().manual_seed(0)
-    steps = [[(slot, 0, [(slot * 7 + i * 13) % model.config.vocab_size for i in range(PROBE_PROMPT)])]
-             for slot in range(PROBE_SLOTS)]
-    steps += [[(slot, PROBE_PROMPT + step, [(slot + 5 * step) % model.config.vocab_size]) for slot in range(PROBE_SLOTS)]
-              for step in range(PROBE_STEPS)]
+    steps = [
+        [(slot, 0, [(slot * 7 + i * 13) % model.config.vocab_size for i in range(PROBE_PROMPT)])]
+        for slot in range(PROBE_SLOTS)
+    ]
+    steps += [
+        [(slot, PROBE_PROMPT + step, [(slot + 5 * step) % model.config.vocab_size]) for slot in range(PROBE_SLOTS)]
+        for step in range(PROBE_STEPS)
+    ]
     out = []
     with torch.inference_mode():
         for rows in steps:
             part = ragged(rows, want_logits=True)
             if not is_first:
-                part.hidden = torch.randn(padded_rows(part.tokens.numel(), row_tile), model.config.hidden_size, generator=generator).to(device, dtype)
+                part.hidden = torch.randn(
+                    padded_rows(part.tokens.numel(), row_tile), model.config.hidden_size, generator=generator
+                ).to(device, dtype)
             stage_forward(model, layers, cache, part, is_first, is_last, row_tile, device)
             out.append(part.logits if is_last else part.hidden)
     return out

@@ -15,6 +15,7 @@ it); the compiled step (runtime/compiled_step.py), which runs every expert, more
 column-major exactly where it pads rows (`invariance.apply_row_tile`): batch invariance and the golden
 answers are unchanged (the start-up probe runs on this layout).
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ how many prompt tokens one read unit covers, how long the decoding slots run aft
 whether a read starts with a lead-in. The opt-in modes beyond the spec (mixed read, pause target) are
 in `read_policy`. Bad arguments raise ValueError naming the argument.
 """
+
 from __future__ import annotations
 
 MAX_PIECE_CHUNKS = 32  # the spec's cap: a piece is at most 32 chunks

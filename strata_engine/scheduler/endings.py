@@ -7,6 +7,7 @@ context fill without ending it fails it too. `finish` ends a request exactly onc
 prompt cache then records what the slot still holds).
 Called on the executor's thread (tokens) and the step thread (everything else).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -29,8 +30,15 @@ class Sink(Protocol):
 
 
 class Endings:
-    def __init__(self, ctx: int, sink: Sink, intake: Intake, emit: Callable[..., None], counts: dict[str, int],
-                 on_release: Callable[[Request, int], None] | None = None):
+    def __init__(
+        self,
+        ctx: int,
+        sink: Sink,
+        intake: Intake,
+        emit: Callable[..., None],
+        counts: dict[str, int],
+        on_release: Callable[[Request, int], None] | None = None,
+    ):
         self.ctx, self.sink, self.intake, self.emit, self.counts = ctx, sink, intake, emit, counts
         self.on_release = on_release  # the prompt cache records what the slot keeps
         self.to_release: list[Request] = []  # finished inside an executor call; slot freed after it
@@ -46,7 +54,11 @@ class Endings:
             self.finish(request, "error", exc)
             return
         if reason is None and request.prompt_tokens + request.tokens_generated >= self.ctx:
-            self.finish(request, "error", RuntimeError(f"the context ({self.ctx} tokens) is full and the sink did not end the request"))
+            self.finish(
+                request,
+                "error",
+                RuntimeError(f"the context ({self.ctx} tokens) is full and the sink did not end the request"),
+            )
         elif reason is not None:
             self.finish(request, reason)
 

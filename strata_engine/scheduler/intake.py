@@ -5,6 +5,7 @@ it; `cancel` marks a live request and bumps an epoch that an idle decode watches
 thread takes snapshots (`waiting`), removes what it admits or drops (`remove`) and retires what ends
 (`retire`). One lock guards all of it; nothing here runs a model or emits an event.
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,7 +28,9 @@ class Intake:
     def add(self, request: Request) -> None:
         """Queue a new request (FIFO). Raises RequestError for one the context cannot hold."""
         if request.phase is not Phase.WAITING or request.slot is not None or request.tokens_read or request.output_ids:
-            raise ValueError(f"request {request.request_id!r} is not new (phase {request.phase.value}, slot {request.slot})")
+            raise ValueError(
+                f"request {request.request_id!r} is not new (phase {request.phase.value}, slot {request.slot})"
+            )
         if request.prompt_tokens < 1:
             raise RequestError("prompt must not be empty", "prompt")
         if request.prompt_tokens >= self.ctx:

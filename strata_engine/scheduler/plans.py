@@ -6,6 +6,7 @@ executor call (a read run, a mixed run, a decode), so a piecewise read is a lead
 and boundary plans in turn. The order of the checks is the spec's: a finished read unit's boundary
 (BSTOP, then BYIELD, then the decode budget), stops, the active read, parked reads, admission, decode.
 """
+
 from __future__ import annotations
 
 import enum
@@ -126,8 +127,12 @@ IDLE = IdlePlan()
 Plan = LeadInPlan | ReadPlan | BoundaryPlan | DecodePlan | StopPlan | IdlePlan
 
 
-def give_way_candidate(reading: Request, waiting: Sequence[Request], slot_free: bool,
-                       place: Callable[[Request], Placement | None] | None = None) -> Request | None:
+def give_way_candidate(
+    reading: Request,
+    waiting: Sequence[Request],
+    slot_free: bool,
+    place: Callable[[Request], Placement | None] | None = None,
+) -> Request | None:
     """The first waiting request whose prompt is under half as long as the one being read, both counted in
     the tokens they read: the prompt cache's part is not read (`place` says what a waiting request would
     keep; the reading one kept `cached_tokens`). With the cache off that is the spec's rule on whole prompts.
@@ -175,12 +180,23 @@ def plan_step(
             placement = place(active) if place is not None else Placement(slot)
             slot = placement.slot
         if fresh and piped_read_lead_in(previous_was_read, bool(groups), pieces=has_boundaries(kind)):
-            budget = piped_decode_budget_ms(last_unit_ms, config.decode_share, config.decode_min_ms, config.decode_max_ms)
+            budget = piped_decode_budget_ms(
+                last_unit_ms, config.decode_share, config.decode_min_ms, config.decode_max_ms
+            )
             return LeadInPlan(active, groups, budget, start, slot, placement)
         read_from = placement.keep if placement is not None else active.tokens_read
         chunks = next_read_chunks(read_from, active.prompt_tokens, config.prefill_chunk, unit_tokens(config))
-        return ReadPlan(active, tuple(chunks), kind, start, slot, groups if kind is ReadKind.MIX else (),
-                        read_budget_ms(config, kind, bool(groups)), mixed_gap_ms(config, kind), placement)
+        return ReadPlan(
+            active,
+            tuple(chunks),
+            kind,
+            start,
+            slot,
+            groups if kind is ReadKind.MIX else (),
+            read_budget_ms(config, kind, bool(groups)),
+            mixed_gap_ms(config, kind),
+            placement,
+        )
 
     if reading is not None:
         return read(reading.request, Start.CONTINUE, None, fresh=reading.units == 0 and not reading.led_in)
@@ -204,8 +220,14 @@ def merged(groups: Groups) -> Groups:
     return (tuple(request for group in groups for request in group),)
 
 
-def plan_boundary(*, config: SchedulerConfig, read: ActiveRead, slots: SlotTable, waiting: Sequence[Request],
-                  place: Callable[[Request], Placement | None] | None = None) -> BoundaryPlan:
+def plan_boundary(
+    *,
+    config: SchedulerConfig,
+    read: ActiveRead,
+    slots: SlotTable,
+    waiting: Sequence[Request],
+    place: Callable[[Request], Placement | None] | None = None,
+) -> BoundaryPlan:
     """At the end of a read unit (the prompt not finished): 1) BSTOP, 2) BYIELD, 3) decode budget."""
     if read.request.cancelled:
         return BoundaryPlan(read, BoundaryAction.STOP)

@@ -8,6 +8,7 @@ which group rides a mixed micro-batch). Executors report measured milliseconds a
 `on_token` the moment it exists, so streaming clients see true arrival times.
 This module imports no torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -59,8 +60,14 @@ class Executor(PrefixCopies, Protocol):
 
     num_stages: int  # pipeline stages: the scheduler sizes groups and micro-batches by it
 
-    def read(self, request: "Request", chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
+    def read(
+        self,
+        request: "Request",
+        chunks: Sequence[tuple[int, int]],
+        on_token: OnToken,
+        should_stop: Callable[[], bool] | None = None,
+        budget_ms: float | None = None,
+    ) -> RunResult:
         """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
         stream through the stages back to back and only the run's end drains the pipeline. When the
         last chunk ends at the prompt's end, sample the first output token (and call on_token).

@@ -7,6 +7,7 @@ whether to issue one more chunk (`end_run`, `issue_depth`) and which group's dec
 micro-batch (`choose_rider`). So the torch and the simulated executor follow one rule, and run what they
 are told. The spec's own arithmetic (pieces, decode budgets, lead-ins) is in `batch_read`.
 """
+
 from __future__ import annotations
 
 import enum
@@ -90,8 +91,13 @@ def run_interval_ms(completions_ms: Sequence[float]) -> float | None:
     return (recent[-1] - recent[0]) / (len(recent) - 1)
 
 
-def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms: float,
-                        prior_interval_ms: float | None = None, num_stages: int = 1) -> float | None:
+def run_end_estimate_ms(
+    completions_ms: Sequence[float],
+    in_flight: int,
+    now_ms: float,
+    prior_interval_ms: float | None = None,
+    num_stages: int = 1,
+) -> float | None:
     """The pause target, measured inside a read run (times since the run's start): when the run would
     end if one more chunk were issued now. The new chunk ends (in_flight + 1) intervals after the later
     of now and the last completion; the interval is this run's (run_interval_ms) once two chunks are
@@ -111,8 +117,15 @@ def run_end_estimate_ms(completions_ms: Sequence[float], in_flight: int, now_ms:
     return max(now_ms, completions_ms[-1] if completions_ms else 0.0) + (in_flight + 1) * interval
 
 
-def end_run(should_stop: Callable[[], bool] | None, budget_ms: float | None, completions_ms: Sequence[float],
-            in_flight: int, now_ms: float, prior_interval_ms: float | None, num_stages: int) -> bool:
+def end_run(
+    should_stop: Callable[[], bool] | None,
+    budget_ms: float | None,
+    completions_ms: Sequence[float],
+    in_flight: int,
+    now_ms: float,
+    prior_interval_ms: float | None,
+    num_stages: int,
+) -> bool:
     """Asked before each chunk after a run's first: end the run here? Yes when should_stop says so (a
     give-way or a cancel), or under a pause target when one more chunk would end the run past budget_ms
     by the completions measured so far (`run_end_estimate_ms`); unknown = go on."""
@@ -148,8 +161,15 @@ def ride_along(since_token_ms: float, interval_ms: float | None, num_stages: int
     return since_token_ms + (num_stages + 1) * interval_ms > max_gap_ms
 
 
-def choose_rider(turn: int, ready: Sequence[bool], since_token_ms: Sequence[float], has_rows: Callable[[int], bool],
-                 interval_ms: float | None, num_stages: int, max_gap_ms: float | None) -> tuple[int | None, int]:
+def choose_rider(
+    turn: int,
+    ready: Sequence[bool],
+    since_token_ms: Sequence[float],
+    has_rows: Callable[[int], bool],
+    interval_ms: float | None,
+    num_stages: int,
+    max_gap_ms: float | None,
+) -> tuple[int | None, int]:
     """Which group's decode tokens ride the mixed micro-batch issued now: round robin from `turn`, the
     first group whose previous token is out (`ready`), that is due under a pause target (`ride_along`;
     always without one) and still has decoding rows. Returns (its index or None, the next turn)."""
@@ -170,8 +190,12 @@ def check_executor(config: SchedulerConfig, executor: object) -> None:
         raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
     if not interruptible(config):
         return
-    method, needs = ("mixed", ("should_stop", "max_gap_ms")) if kind is ReadKind.MIX else ("read", ("should_stop", "budget_ms"))
+    method, needs = (
+        ("mixed", ("should_stop", "max_gap_ms")) if kind is ReadKind.MIX else ("read", ("should_stop", "budget_ms"))
+    )
     missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
     if missing:
-        raise ValueError(f"the mixed read and the pause target need an executor whose {method}() takes "
-                         f"{' and '.join(missing)}; this one does not")
+        raise ValueError(
+            f"the mixed read and the pause target need an executor whose {method}() takes "
+            f"{' and '.join(missing)}; this one does not"
+        )

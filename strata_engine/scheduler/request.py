@@ -5,6 +5,7 @@ stream; only the engine reads it). What an executor needs is typed: prompt token
 request's `sampler` (torch executor), and for the simulator, which has no logits, how many top `logprobs` it
 wants and its sampling `params` with the `seed` its draws use.
 """
+
 from __future__ import annotations
 
 import enum

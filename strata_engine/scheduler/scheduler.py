@@ -6,6 +6,7 @@ and emits events. A cancel takes effect at the next boundary (BSTOP). The sink g
 (`on_token(request, token) -> finish reason | None`) and exactly one `on_finish(request)` per request,
 whatever ends it (`endings.py`); an exception while running one request fails that request only. No torch here.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,8 +17,20 @@ from ..events import EngineEvent, EventLog
 from ..tokens import SampledToken
 from .protocol import DecodeResult, Executor
 from .endings import Endings, Sink
-from .plans import (ActiveRead, BoundaryAction, BoundaryPlan, DecodePlan, LeadInPlan, Plan, ReadPlan, Start, StopPlan,
-                    UnitDone, give_way_candidate, plan_step)
+from .plans import (
+    ActiveRead,
+    BoundaryAction,
+    BoundaryPlan,
+    DecodePlan,
+    LeadInPlan,
+    Plan,
+    ReadPlan,
+    Start,
+    StopPlan,
+    UnitDone,
+    give_way_candidate,
+    plan_step,
+)
 from .intake import Intake
 from .batch_read import next_read_chunks
 from .prompt_cache import Placement, PromptCache
@@ -31,7 +44,9 @@ UNIT_COUNTS = {ReadKind.PIECE: "pieces", ReadKind.TARGET: "target_runs"}
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, executor: Executor, clock: Callable[[], float], sink: Sink, events: EventLog):
+    def __init__(
+        self, config: SchedulerConfig, executor: Executor, clock: Callable[[], float], sink: Sink, events: EventLog
+    ):
         self.config = config
         self.executor = executor
         self.clock = clock
@@ -47,8 +62,16 @@ class Scheduler:
         self._parked: list[ActiveRead] = []
         self._previous_was_read = False
         self._last_unit_ms = 0.0
-        self.counts = {"admitted": 0, "finished": 0, "pieces": 0, "target_runs": 0, "lead_ins": 0, "yields": 0, "bstops": 0,
-                       "read_runs": 0}
+        self.counts = {
+            "admitted": 0,
+            "finished": 0,
+            "pieces": 0,
+            "target_runs": 0,
+            "lead_ins": 0,
+            "yields": 0,
+            "bstops": 0,
+            "read_runs": 0,
+        }
         self.prompt_cache = PromptCache(config, executor, self._emit)
         self.endings = Endings(config.ctx, sink, self.intake, self._emit, self.counts, self.prompt_cache.release)
         self._on_token, self._finish = self.endings.on_token, self.endings.finish
@@ -81,8 +104,13 @@ class Scheduler:
     # -- the step thread ----------------------------------------------------------------------------
     def plan(self) -> Plan:
         return plan_step(
-            config=self.config, slots=self.slots, waiting=self.intake.waiting(), reading=self._reading, parked=self._parked,
-            previous_was_read=self._previous_was_read, last_unit_ms=self._last_unit_ms,
+            config=self.config,
+            slots=self.slots,
+            waiting=self.intake.waiting(),
+            reading=self._reading,
+            parked=self._parked,
+            previous_was_read=self._previous_was_read,
+            last_unit_ms=self._last_unit_ms,
             place=lambda request: self.prompt_cache.place(request, self.slots),
         )
 
@@ -122,8 +150,14 @@ class Scheduler:
         result = self._decode(plan.groups, budget_ms=plan.budget_ms)
         self._reading.led_in = True
         self.counts["lead_ins"] += 1
-        self._emit("LEADIN", plan.request, decode_ms=result.ms, decode_steps=result.rounds, decode_tokens=result.tokens,
-                   budget_ms=plan.budget_ms)
+        self._emit(
+            "LEADIN",
+            plan.request,
+            decode_ms=result.ms,
+            decode_steps=result.rounds,
+            decode_tokens=result.tokens,
+            budget_ms=plan.budget_ms,
+        )
 
     def _read(self, plan: ReadPlan) -> None:
         request = plan.request
@@ -132,8 +166,14 @@ class Scheduler:
         # Admission kept less than planned (a restore failed): read from what it kept. Only there: a continuing
         # read's chunks are the plan's, so a planning bug shows instead of being patched over here.
         if plan.start is Start.ADMIT and plan.chunks[0][0] != request.tokens_read:
-            plan = replace(plan, chunks=tuple(next_read_chunks(request.tokens_read, request.prompt_tokens,
-                                                               self.config.prefill_chunk, unit_tokens(self.config))))
+            plan = replace(
+                plan,
+                chunks=tuple(
+                    next_read_chunks(
+                        request.tokens_read, request.prompt_tokens, self.config.prefill_chunk, unit_tokens(self.config)
+                    )
+                ),
+            )
         stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
         if plan.budget_ms is not None:
             stop["budget_ms"] = plan.budget_ms
@@ -175,11 +215,21 @@ class Scheduler:
         request.phase = Phase.READING
         self.counts["admitted"] += 1
         now = self.clock()
-        self._emit("ADMIT", request, group=self.slots.group_of(slot), prompt_tokens=request.prompt_tokens,
-                   waited_ms=(now - request.arrival) * 1000.0)
+        self._emit(
+            "ADMIT",
+            request,
+            group=self.slots.group_of(slot),
+            prompt_tokens=request.prompt_tokens,
+            waited_ms=(now - request.arrival) * 1000.0,
+        )
         self._reading = ActiveRead(request, started=now)
-        self._emit("READ_START", request, prompt_tokens=request.prompt_tokens, mode=self.kind.value,
-                   cached_tokens=request.cached_tokens)
+        self._emit(
+            "READ_START",
+            request,
+            prompt_tokens=request.prompt_tokens,
+            mode=self.kind.value,
+            cached_tokens=request.cached_tokens,
+        )
 
     def _boundary(self, plan: BoundaryPlan) -> None:
         active, request = plan.read, plan.read.request
@@ -201,37 +251,58 @@ class Scheduler:
         kind = UNIT_EVENTS.get(self.kind)
         if kind is not None:
             self.counts[UNIT_COUNTS[self.kind]] += 1
-            self._emit(kind, request, **vars(unit), decode_ms=decode.ms, decode_steps=decode.rounds, decode_tokens=decode.tokens)
+            self._emit(
+                kind,
+                request,
+                **vars(unit),
+                decode_ms=decode.ms,
+                decode_steps=decode.rounds,
+                decode_tokens=decode.tokens,
+            )
 
     def _read_done(self, active: ActiveRead, first_token: SampledToken | None, unit: UnitDone) -> None:
         request = active.request
         self._reading = None
         self._unit_event(request, unit, DecodeResult(0.0, 0, 0))
-        self._emit("READ_DONE", request, tokens=request.prompt_tokens, read_ms=active.read_ms,
-                   elapsed_ms=(self.clock() - active.started) * 1000.0)
+        self._emit(
+            "READ_DONE",
+            request,
+            tokens=request.prompt_tokens,
+            read_ms=active.read_ms,
+            elapsed_ms=(self.clock() - active.started) * 1000.0,
+        )
         if request.phase is not Phase.READING:  # finished by its first token (or failed) inside the run
             return
         if request.tokens_generated == 0:  # an executor that returns the first token instead of calling on_token
             if first_token is None:
-                self._finish(request, "error", RuntimeError("the executor read the whole prompt but sampled no first token"))
+                self._finish(
+                    request, "error", RuntimeError("the executor read the whole prompt but sampled no first token")
+                )
                 return
             self._on_token(request, first_token)
             if request.phase is not Phase.READING:
                 return
         request.phase = Phase.DECODING
 
-    def _decode(self, groups, budget_ms: float | None = None, max_rounds: int | None = None,
-                should_stop: Callable[[], bool] | None = None) -> DecodeResult:
+    def _decode(
+        self,
+        groups,
+        budget_ms: float | None = None,
+        max_rounds: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> DecodeResult:
         if not groups:
             return DecodeResult(0.0, 0, 0)
         try:
-            result = self.executor.decode(groups, self._on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop)
+            result = self.executor.decode(
+                groups, self._on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop
+            )
         except Exception as exc:
             # An executor that knows which request failed says so with `exc.request`; otherwise every
             # request of the call is in an unknown state and fails.
             culprit = getattr(exc, "request", None)
             members = [r for g in groups for r in g]
-            for request in ([culprit] if culprit in members else members):
+            for request in [culprit] if culprit in members else members:
                 if request.phase is not Phase.FINISHED:
                     self._finish(request, "error", exc)
             result = DecodeResult(0.0, 0, 0)
@@ -244,8 +315,13 @@ class Scheduler:
                 self.intake.remove(request)
             else:
                 self.counts["bstops"] += 1
-                self._emit("BSTOP", request, tokens_read=request.tokens_read, phase=request.phase.value,
-                           tokens_generated=request.tokens_generated)
+                self._emit(
+                    "BSTOP",
+                    request,
+                    tokens_read=request.tokens_read,
+                    phase=request.phase.value,
+                    tokens_generated=request.tokens_generated,
+                )
                 if self._reading is not None and self._reading.request is request:
                     self._reading = None
                 self._parked = [a for a in self._parked if a.request is not request]
@@ -256,8 +332,15 @@ class Scheduler:
         """End an interruptible run early (mixed read, pause target): it was cancelled, or a short request could take over."""
         if request.cancelled:
             return True
-        return give_way_candidate(request, self.intake.waiting(), self.slots.choose() is not None,
-                                  lambda waiting: self.prompt_cache.place(waiting, self.slots)) is not None
+        return (
+            give_way_candidate(
+                request,
+                self.intake.waiting(),
+                self.slots.choose() is not None,
+                lambda waiting: self.prompt_cache.place(waiting, self.slots),
+            )
+            is not None
+        )
 
     def _interrupt(self, epoch: int) -> bool:
         """Stop an idle decode call: a cancel arrived, or a waiting request could start its read."""

@@ -4,6 +4,7 @@ Contract: `--batch N` slots split into groups (`SchedulerConfig.group_slots()`);
 one request (reading, parked or decoding) until released. New requests go to the group with the
 fewest occupied slots, so the pipelined groups stay balanced. Owned by the scheduler thread.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -54,7 +55,9 @@ class SlotTable:
 
     def assign(self, slot: int, request: Request) -> None:
         if self._owner[slot] is not None:
-            raise RuntimeError(f"slot {slot} is held by {self._owner[slot].request_id}; cannot give it to {request.request_id}")
+            raise RuntimeError(
+                f"slot {slot} is held by {self._owner[slot].request_id}; cannot give it to {request.request_id}"
+            )
         self._owner[slot] = request
         request.slot = slot
 

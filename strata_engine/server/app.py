@@ -5,6 +5,7 @@ and cancels on disconnect (docs/API.md is the contract). `engine` may be a start
 zero-argument callable that builds one; the app then loads it in a thread at startup, answers
 `/health` with 503 until it is ready, starts it, and shuts it down with the app.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,9 +37,15 @@ def _version() -> str:
         return "0.0.0+local"
 
 
-def create_app(engine: Any, *, model_name: str | None = None, api_key: str | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, manage_engine: bool | None = None,
-               on_ready: Callable[[], None] | None = None) -> FastAPI:
+def create_app(
+    engine: Any,
+    *,
+    model_name: str | None = None,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    manage_engine: bool | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> FastAPI:
     """`engine`: an Engine (started by the caller unless manage_engine=True) or a callable returning one
     (always managed: loaded in a thread, started, shut down with the app). `on_ready` runs on the event
     loop once the engine is ready."""
@@ -46,7 +53,9 @@ def create_app(engine: Any, *, model_name: str | None = None, api_key: str | Non
         raise ValueError(f"max_body_bytes must be >= 1024, got {max_body_bytes}")
     loader = engine if callable(engine) and not hasattr(engine, "submit") else None
     managed = loader is not None or bool(manage_engine)
-    state = ServerState(model_name=model_name, api_key=api_key or None, max_body_bytes=max_body_bytes, on_ready=on_ready)
+    state = ServerState(
+        model_name=model_name, api_key=api_key or None, max_body_bytes=max_body_bytes, on_ready=on_ready
+    )
     state.metrics = ServerMetrics(state.stats)
 
     def ready(eng: Any) -> None:
@@ -91,8 +100,9 @@ def create_app(engine: Any, *, model_name: str | None = None, api_key: str | Non
 
     if loader is None and not managed:
         state.attach(engine)
-    app = FastAPI(title="strata-engine", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="strata-engine", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.strata = state
     errors.install(app)
     _basic_routes(app, state)
@@ -119,8 +129,13 @@ def _basic_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/models")
     async def models() -> JSONResponse:
         engine = state.require_engine()
-        card = {"id": state.model_name, "object": "model", "created": state.started_at, "owned_by": "strata",
-                "max_model_len": engine.ctx}
+        card = {
+            "id": state.model_name,
+            "object": "model",
+            "created": state.started_at,
+            "owned_by": "strata",
+            "max_model_len": engine.ctx,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     @app.get("/v1/engine")

@@ -3,6 +3,7 @@
 Every failure the HTTP layer reports goes through `APIError`, so a client always gets one JSON shape
 naming the offending field; 422 is never used (validation errors are 400, as docs/API.md says).
 """
+
 from __future__ import annotations
 
 import logging

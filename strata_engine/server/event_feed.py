@@ -4,6 +4,7 @@ Each line is `{"index": i, "kind": ..., "t": ..., "slot": ..., "request_id": ...
 absolute index i >= N; the `X-Strata-Next-Index` header gives the N to ask for next. With follow the
 response stays open and each new event is one more line; it ends when the server shuts down.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,9 @@ async def events(request: Request) -> Response:
     headers = {"X-Strata-Next-Index": str(next_index)}
     if not follow:
         return Response(_lines(batch, next_index), media_type=MEDIA_TYPE, headers=headers)
-    return StreamingResponse(_follow(state, log, batch, next_index), media_type=MEDIA_TYPE,
-                             headers={**headers, "Cache-Control": "no-cache"})
+    return StreamingResponse(
+        _follow(state, log, batch, next_index), media_type=MEDIA_TYPE, headers={**headers, "Cache-Control": "no-cache"}
+    )
 
 
 async def _follow(state: ServerState, log: Any, batch: list[Any], next_index: int) -> AsyncIterator[bytes]:

@@ -3,6 +3,7 @@
 Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched and a client's
 disconnect still reaches the route. /health stays open so launchers can poll it without the key.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from .state import ServerState
 
 OPEN_PATHS = frozenset({"/health"})
-KNOWN_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/engine", "/v1/events", "/v1/completions",
-                         "/v1/chat/completions"})
+KNOWN_PATHS = frozenset(
+    {"/health", "/metrics", "/v1/models", "/v1/engine", "/v1/events", "/v1/completions", "/v1/chat/completions"}
+)
 
 
 class Gate:

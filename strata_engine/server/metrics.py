@@ -6,6 +6,7 @@ the engine's event log (read pieces, give-ways, every event kind, the prompt cac
 served and its evictions); slot use, queue length and the host store's bytes are read from
 `engine.stats()` at scrape time, so they are never stale.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -31,15 +32,23 @@ STAT_GAUGES = {
     "requests_running": ("strata_requests_running", "requests in a slot"),
 }
 
+
 def prompt_cache_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     """The host store from engine.stats()['prompt_cache'] (what /v1/engine reports): bytes held and its cap."""
     store = bool(info.get("store"))
-    yield GaugeMetricFamily("strata_prompt_cache_store_bytes", "host store bytes in use (prefixes pushed out of slots)",
-                            value=info.get("store_bytes", 0))
-    yield GaugeMetricFamily("strata_prompt_cache_store_capacity_bytes",
-                            "host store cap (--prompt-cache MiB; 0: no store)", value=info.get("mib", 0) * MIB if store else 0)
-    yield GaugeMetricFamily("strata_prompt_cache_store_entries", "prefixes held in the host store",
-                            value=info.get("store_entries", 0))
+    yield GaugeMetricFamily(
+        "strata_prompt_cache_store_bytes",
+        "host store bytes in use (prefixes pushed out of slots)",
+        value=info.get("store_bytes", 0),
+    )
+    yield GaugeMetricFamily(
+        "strata_prompt_cache_store_capacity_bytes",
+        "host store cap (--prompt-cache MiB; 0: no store)",
+        value=info.get("mib", 0) * MIB if store else 0,
+    )
+    yield GaugeMetricFamily(
+        "strata_prompt_cache_store_entries", "prefixes held in the host store", value=info.get("store_entries", 0)
+    )
 
 
 class EngineStatsCollector(Collector):
@@ -98,32 +107,54 @@ class ServerMetrics:
     def __init__(self, stats: Callable[[], dict[str, Any]]):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.http_requests = Counter("strata_http_requests", "HTTP requests answered, by endpoint and status",
-                                     ["endpoint", "status"], registry=r)
-        self.requests = Counter("strata_requests", "engine requests finished, by finish reason",
-                                ["finish_reason"], registry=r)
+        self.http_requests = Counter(
+            "strata_http_requests", "HTTP requests answered, by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.requests = Counter(
+            "strata_requests", "engine requests finished, by finish reason", ["finish_reason"], registry=r
+        )
         self.prompt_tokens = Counter("strata_prompt_tokens", "prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter("strata_generation_tokens", "tokens generated (finished requests)", registry=r)
-        self.disconnects = Counter("strata_client_disconnects",
-                                   "requests whose client went away before the end (engine request cancelled)", registry=r)
-        self.decode_pause = LoopHistogram("strata_decode_pause_seconds",
-                                          "gap between consecutive tokens of one stream (engine clock)", PAUSE_BUCKETS)
+        self.disconnects = Counter(
+            "strata_client_disconnects",
+            "requests whose client went away before the end (engine request cancelled)",
+            registry=r,
+        )
+        self.decode_pause = LoopHistogram(
+            "strata_decode_pause_seconds", "gap between consecutive tokens of one stream (engine clock)", PAUSE_BUCKETS
+        )
         r.register(self.decode_pause)
-        self.ttft = Histogram("strata_time_to_first_token_seconds", "submit to first token, per request",
-                              buckets=TTFT_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "strata_time_to_first_token_seconds", "submit to first token, per request", buckets=TTFT_BUCKETS, registry=r
+        )
         self.events = Counter("strata_engine_events", "engine events by kind", ["kind"], registry=r)
         self.read_pieces = Counter("strata_read_pieces", "prompt read pieces (PIECE events)", registry=r)
-        self.give_ways = Counter("strata_give_ways", "give-ways: a short request took over a read (YIELDED)", registry=r)
+        self.give_ways = Counter(
+            "strata_give_ways", "give-ways: a short request took over a read (YIELDED)", registry=r
+        )
         # The prompt cache, in tokens as vLLM's prefix_cache_queries/hits: hit rate = hits / queries.
-        self.cache_queries = Counter("strata_prompt_cache_queries",
-                                     "prompt tokens of admitted requests, cache on or off (ADMIT)", registry=r)
-        self.cache_hits = Counter("strata_prompt_cache_hits", "prompt tokens kept from the prompt cache instead of "
-                                  "read, by source: slot or store (CACHE_HIT)", ["source"], registry=r)
-        self.cache_evictions = Counter("strata_prompt_cache_evictions", "prefixes pushed out of a slot (outcome: store "
-                                       "or dropped) or of the host store (outcome: the reason) (CACHE_EVICT)",
-                                       ["source", "outcome"], registry=r)
-        self.cache_evicted_tokens = Counter("strata_prompt_cache_evicted_tokens", "tokens of the evicted prefixes, by "
-                                            "source (CACHE_EVICT)", ["source"], registry=r)
+        self.cache_queries = Counter(
+            "strata_prompt_cache_queries", "prompt tokens of admitted requests, cache on or off (ADMIT)", registry=r
+        )
+        self.cache_hits = Counter(
+            "strata_prompt_cache_hits",
+            "prompt tokens kept from the prompt cache instead of read, by source: slot or store (CACHE_HIT)",
+            ["source"],
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "strata_prompt_cache_evictions",
+            "prefixes pushed out of a slot (outcome: store "
+            "or dropped) or of the host store (outcome: the reason) (CACHE_EVICT)",
+            ["source", "outcome"],
+            registry=r,
+        )
+        self.cache_evicted_tokens = Counter(
+            "strata_prompt_cache_evicted_tokens",
+            "tokens of the evicted prefixes, by source (CACHE_EVICT)",
+            ["source"],
+            registry=r,
+        )
         for source in ("slot", "store"):  # present at 0 before the first hit or eviction
             self.cache_hits.labels(source)
             self.cache_evicted_tokens.labels(source)

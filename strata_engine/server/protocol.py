@@ -5,6 +5,7 @@ checked by `SamplingParams` and `Engine.submit`, which raise `RequestError(messa
 fields this engine cannot honour (n > 1, echo, penalties, logit_bias) are accepted only at their
 neutral value, so a client that sends the defaults works and one that relies on them hears why not.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal

@@ -5,6 +5,7 @@ item onto the loop (`call_soon_threadsafe`), so the engine never waits on a clie
 goes away (`http.disconnect`, or a failed send) the relay cancels the engine request, which stops
 it at the next boundary and frees its slot. `EventStream` is the SSE response that watches for that.
 """
+
 from __future__ import annotations
 
 import asyncio

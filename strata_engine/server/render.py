@@ -4,6 +4,7 @@
 Pure functions of the engine's TokenOutput / Completion values; no I/O, no engine calls, so the
 wire format is tested without a server. The completion id is `cmpl-<request_id>` (docs/API.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,17 @@ def dumps(obj: Any) -> str:
 class Render:
     """Builds the JSON of one request's response. `kind` is "completion" or "chat"."""
 
-    def __init__(self, *, kind: str, request_id: str, model: str, prompt_ids: Sequence[int],
-                 token_str: Callable[[int], str], return_token_ids: bool = False, logprobs: bool = False):
+    def __init__(
+        self,
+        *,
+        kind: str,
+        request_id: str,
+        model: str,
+        prompt_ids: Sequence[int],
+        token_str: Callable[[int], str],
+        return_token_ids: bool = False,
+        logprobs: bool = False,
+    ):
         if kind not in ("completion", "chat"):
             raise ValueError(f"kind must be 'completion' or 'chat', got {kind!r}")
         self.kind = kind
@@ -39,8 +49,12 @@ class Render:
     def usage(self, completion_tokens: int, prompt_tokens: int | None = None, cached_tokens: int = 0) -> dict[str, Any]:
         """OpenAI's usage; `prompt_tokens_details.cached_tokens`: prompt tokens the prompt cache gave."""
         prompt = len(self.prompt_ids) if prompt_tokens is None else prompt_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        }
 
     def _legacy_logprobs(self, tokens: Sequence[Any]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
@@ -73,8 +87,14 @@ class Render:
         return self._chat_logprobs(tokens) if self.chat else self._legacy_logprobs(tokens)
 
     # ---- streaming ------------------------------------------------------------------------------
-    def chunk(self, tokens: Sequence[Any], finish_reason: str | None, usage: dict[str, int] | None = None,
-              tail_text: str = "", prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
+    def chunk(
+        self,
+        tokens: Sequence[Any],
+        finish_reason: str | None,
+        usage: dict[str, int] | None = None,
+        tail_text: str = "",
+        prompt_ids: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
         """One SSE event: the given tokens (one, or none for a bare finish) and maybe the finish reason.
         `tail_text` is text the engine held back (a possible stop-string prefix) and released at the end."""
         text = "".join(t.text for t in tokens) + tail_text
@@ -112,7 +132,9 @@ class Render:
         text = json.dumps(tok.text, ensure_ascii=False)
         return f'data: {self._hot_prefix}{text}{close},"logprobs":null,"finish_reason":null{ids}}}]}}\n\n'.encode()
 
-    def usage_chunk(self, completion_tokens: int, prompt_tokens: int | None = None, cached_tokens: int = 0) -> dict[str, Any]:
+    def usage_chunk(
+        self, completion_tokens: int, prompt_tokens: int | None = None, cached_tokens: int = 0
+    ) -> dict[str, Any]:
         obj = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
         obj["usage"] = self.usage(completion_tokens, prompt_tokens, cached_tokens)
         return obj
@@ -131,8 +153,9 @@ class Render:
             choice["token_ids"] = list(completion.token_ids)
             choice["prompt_token_ids"] = list(completion.prompt_token_ids)
         obj = self._envelope("chat.completion" if self.chat else "text_completion", [choice])
-        obj["usage"] = self.usage(len(completion.token_ids), len(completion.prompt_token_ids),
-                                  getattr(completion, "cached_tokens", 0))
+        obj["usage"] = self.usage(
+            len(completion.token_ids), len(completion.prompt_token_ids), getattr(completion, "cached_tokens", 0)
+        )
         return obj
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ A streamed token's event is sent at once unless the engine marked the token as t
 (`TokenOutput.finish_reason`); then it waits for the engine's Finished, which follows at once, so the
 last token's event carries `finish_reason` as docs/API.md requires. The engine decides; this renders.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,8 +91,9 @@ def _params(req: Any, max_tokens: int, logprobs: int | None) -> Any:
     return _guard(req.sampling_params, max_tokens, logprobs)
 
 
-async def _answer(request: Request, state: ServerState, kind: str, req: Any, prompt: Any, params: Any,
-                  logprobs: bool) -> Response:
+async def _answer(
+    request: Request, state: ServerState, kind: str, req: Any, prompt: Any, params: Any, logprobs: bool
+) -> Response:
     relay = Relay(state, _request_id(request, state))
     try:
         relay.submit(prompt, params)
@@ -101,9 +103,15 @@ async def _answer(request: Request, state: ServerState, kind: str, req: Any, pro
         log.exception("engine.submit failed")
         raise APIError.internal(err) from None
     engine = state.engine
-    render = Render(kind=kind, request_id=relay.request_id, model=state.model_name, prompt_ids=(),
-                    token_str=lambda tid: engine.tokenizer.decode([tid]),
-                    return_token_ids=req.return_token_ids, logprobs=logprobs)
+    render = Render(
+        kind=kind,
+        request_id=relay.request_id,
+        model=state.model_name,
+        prompt_ids=(),
+        token_str=lambda tid: engine.tokenizer.decode([tid]),
+        return_token_ids=req.return_token_ids,
+        logprobs=logprobs,
+    )
     headers = {"X-Request-Id": relay.request_id}
     if req.stream:
         prompt_tokens = relay.handle.prompt_tokens if req.continuous_usage else None
@@ -113,8 +121,9 @@ async def _answer(request: Request, state: ServerState, kind: str, req: Any, pro
     if completion is None:  # the client left; nobody reads this
         return Response(status_code=499)
     if completion.finish_reason == "error":
-        raise APIError(500, f"request {relay.request_id} failed: {completion.error or 'engine error'}",
-                       type="server_error")
+        raise APIError(
+            500, f"request {relay.request_id} failed: {completion.error or 'engine error'}", type="server_error"
+        )
     return JSONResponse(render.response(completion), headers=headers)
 
 
@@ -126,7 +135,9 @@ async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_toke
     def event(tokens: list[Any], finish: str | None, tail: str = "", prompt_ids: Any = None) -> bytes:
         if finish is None and prompt_tokens is None and len(tokens) == 1:
             return render.token_event(tokens[0])
-        usage = render.usage(generated, prompt_tokens, relay.handle.cached_tokens) if prompt_tokens is not None else None
+        usage = (
+            render.usage(generated, prompt_tokens, relay.handle.cached_tokens) if prompt_tokens is not None else None
+        )
         return sse(dumps(render.chunk(tokens, finish, usage, tail, prompt_ids)))
 
     pending = None  # a token whose event waits until we know whether it is the last
@@ -170,11 +181,24 @@ async def _stream(relay: Relay, render: Render, include_usage: bool, prompt_toke
             if pending is not None and pending.finish_reason is None:
                 out.append(event([pending], None))
                 pending = None
-            out.append(event([pending] if pending is not None else [], completion.finish_reason,
-                             getattr(item, "unsent_text", ""), completion.prompt_token_ids))
+            out.append(
+                event(
+                    [pending] if pending is not None else [],
+                    completion.finish_reason,
+                    getattr(item, "unsent_text", ""),
+                    completion.prompt_token_ids,
+                )
+            )
             if include_usage:
-                out.append(sse(dumps(render.usage_chunk(len(completion.token_ids), len(completion.prompt_token_ids),
-                                                        completion.cached_tokens))))
+                out.append(
+                    sse(
+                        dumps(
+                            render.usage_chunk(
+                                len(completion.token_ids), len(completion.prompt_token_ids), completion.cached_tokens
+                            )
+                        )
+                    )
+                )
         out.append(DONE)
         yield b"".join(out)
         return

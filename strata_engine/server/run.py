@@ -6,6 +6,7 @@ requests get 503, requests in flight get `drain_timeout` seconds to finish, then
 their streams end with a finish_reason and [DONE]; the port is closed and the process exits 0.
 A second SIGINT quits at once.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -85,15 +86,27 @@ def ready_line(url: str, kernels: dict[str, dict] | None) -> str:
     return f"STRATA_READY url={url}" + (f" kernels={paths}" if paths else "")
 
 
-def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
-          api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain_timeout: float = 30.0,
-          log_level: str = "warning", out: TextIO | None = None) -> int:
+def serve(
+    engine: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model_name: str | None = None,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    drain_timeout: float = 30.0,
+    log_level: str = "warning",
+    out: TextIO | None = None,
+) -> int:
     """Serve until a signal; returns the exit status (0 after a clean shutdown, 1 if loading failed).
     `engine` is an Engine or a zero-argument callable that builds one (loaded while /health says 503)."""
     out = out or sys.stdout
     began = time.monotonic()
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, log_level.upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     sock = bind(host, port)
     url = ready_url(host, sock)
     flags = {"started": False, "printed": False}
@@ -110,8 +123,11 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
             out.flush()
             log.info("serving %s at %s", state.model_name, url)
             compiled = state.engine.info().get("compiled") if state.engine is not None else None
-            steps = f"; of it compiling the decode step: {compiled['compile_s']:.1f} s, {compiled['graphs']} graph(s)" \
-                if compiled else ""
+            steps = (
+                f"; of it compiling the decode step: {compiled['compile_s']:.1f} s, {compiled['graphs']} graph(s)"
+                if compiled
+                else ""
+            )
             print(f"strata-engine: ready in {time.monotonic() - began:.1f} s{steps}", file=sys.stderr, flush=True)
 
     def started() -> None:
@@ -124,10 +140,23 @@ def serve(engine: Any, *, host: str = "127.0.0.1", port: int = 8000, model_name:
         if loop is not None:
             loop.call_soon_threadsafe(state.start_draining, drain_timeout)
 
-    app = create_app(engine, model_name=model_name, api_key=api_key, max_body_bytes=max_body_bytes,
-                     manage_engine=True, on_ready=lambda: maybe_ready())
-    config = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=int(drain_timeout) + 10, timeout_keep_alive=30)
+    app = create_app(
+        engine,
+        model_name=model_name,
+        api_key=api_key,
+        max_body_bytes=max_body_bytes,
+        manage_engine=True,
+        on_ready=lambda: maybe_ready(),
+    )
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(drain_timeout) + 10,
+        timeout_keep_alive=30,
+    )
     server = _Server(config, on_started=started, on_exit=exiting)
     try:
         server.run(sockets=[sock])
@@ -146,8 +175,9 @@ def run_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> tuple[str
 
     sock = bind(host, port)
     url = ready_url(host, sock)
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="strata-http", daemon=True)
     thread.start()

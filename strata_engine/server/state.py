@@ -2,6 +2,7 @@
 
 Its own module so the route modules import it without importing the app factory (no import cycle).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -66,8 +67,12 @@ class ServerState:
 
     def check_model(self, name: str | None) -> None:
         if name and name != self.model_name:
-            raise APIError(404, f"model '{name}' does not exist; this server serves '{self.model_name}'", "model",
-                           "not_found_error")
+            raise APIError(
+                404,
+                f"model '{name}' does not exist; this server serves '{self.model_name}'",
+                "model",
+                "not_found_error",
+            )
 
     def stats(self) -> dict[str, Any]:
         """engine.stats() plus the four standard gauges, derived from the scheduler's counts when the

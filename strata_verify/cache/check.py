@@ -8,6 +8,7 @@ the one server and each cold read carries the family's switch (a fresh `cache_sa
 `cache_prompt: false`); a server with no switch cannot be checked this way (GateError, exit 2).
 `steps.py` judges what this module gathers (`CacheRun`, run.py).
 """
+
 from __future__ import annotations
 
 import secrets
@@ -70,12 +71,16 @@ def _client(run: CacheRun, url: str) -> EngineClient:
     run.info = info
     vocab = info.get("vocab_size") or run.options.vocab_size
     if not vocab or not client.server.supports_token_ids:
-        raise GateError(f"cache: the check sends token-id prompts (an agent's context is repeated token for token); "
-                        f"{client.server.describe()} takes none or says no vocabulary: pass --vocab N where it takes ids")
+        raise GateError(
+            f"cache: the check sends token-id prompts (an agent's context is repeated token for token); "
+            f"{client.server.describe()} takes none or says no vocabulary: pass --vocab N where it takes ids"
+        )
     ctx, plan = info.get("ctx"), run.options.plan
     if ctx and plan.needed_ctx() > ctx:
-        raise GateError(f"cache: the longest request ({plan.needed_ctx()} tokens with its answer) does not fit the "
-                        f"engine's context ({ctx}); lower --scale or --turns")
+        raise GateError(
+            f"cache: the longest request ({plan.needed_ctx()} tokens with its answer) does not fit the "
+            f"engine's context ({ctx}); lower --scale or --turns"
+        )
     run.prompts = Prompts(run.nonce, int(vocab), info.get("eos_token_id"))
     run.feed = client.family.events and "events" not in run.options.lacks
     if client.family is STRATA:
@@ -176,8 +181,9 @@ def _give_way(run: CacheRun, client: EngineClient) -> None:
         rid = read.result.request_id
         deadline = time.perf_counter() + min(timeout, 120.0)
         while watcher.available and time.perf_counter() < deadline and not read.first_token.is_set():
-            if watcher.wait_for(lambda e: e.get("request_id") == rid and e.get("kind") in ("READ_START", "PIECE"),
-                                timeout=0.2):
+            if watcher.wait_for(
+                lambda e: e.get("request_id") == rid and e.get("kind") in ("READ_START", "PIECE"), timeout=0.2
+            ):
                 break
         second = prompts.next_turn(plan, "g", 1, first, g0.result.token_ids)
         g1 = _task(run, client, "g.t1", second)
@@ -195,9 +201,11 @@ def _cold(run: CacheRun, client: EngineClient) -> None:
     if run.target.fresh and client.family is STRATA:
         pass  # this engine was started with --prompt-cache 0
     elif not run.cold_how:
-        raise GateError(f"cache: {client.server.describe()} has no per-request switch to skip its prefix cache, so "
-                        "the cold reads cannot be made on it (Strata: give --engine, the cold reads then go to a "
-                        "fresh engine with --prompt-cache 0)")
+        raise GateError(
+            f"cache: {client.server.describe()} has no per-request switch to skip its prefix cache, so "
+            "the cold reads cannot be made on it (Strata: give --engine, the cold reads then go to a "
+            "fresh engine with --prompt-cache 0)"
+        )
     for turn in run.turns.values():
         task = _task(run, client, turn.name, turn.prompt, cold=True)
         task.run()

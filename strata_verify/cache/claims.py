@@ -13,6 +13,7 @@ read's bits, the host store's restore path shown to run, and no prefix crossing 
 - **salts**: `x.other-salt` and `x.no-salt` must report `cached_tokens` 0 and have no CACHE_HIT; the
   control `x.same-salt` must be a hit, or isolation was not shown.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,18 +52,26 @@ def logprob_lines(turns: list[Turn], claimed: bool, tol: float | None = None) ->
             continue
         if claimed and not delta.bitwise_equal:
             i = delta.index
-            return (f"request {turn.name}: logprob at token {i} differs from its cold read by {delta.largest:.3g} "
-                    f"(cached {turn.served.logprobs[i]!r}, cold {turn.cold.logprobs[i]!r}); the engine claims a cache "
-                    f"hit is bitwise a cold read (GET /v1/engine prompt_cache.bitwise)",
-                    [f"request {turn.name} ({turn.served.request_id}): {delta.differing} of {delta.compared} logprobs "
-                     f"not bitwise equal, largest |difference| {delta.largest:.3g} at token {i}; "
-                     f"{turn.served.cached_prompt_tokens} prompt tokens cached"])
+            return (
+                f"request {turn.name}: logprob at token {i} differs from its cold read by {delta.largest:.3g} "
+                f"(cached {turn.served.logprobs[i]!r}, cold {turn.cold.logprobs[i]!r}); the engine claims a cache "
+                f"hit is bitwise a cold read (GET /v1/engine prompt_cache.bitwise)",
+                [
+                    f"request {turn.name} ({turn.served.request_id}): {delta.differing} of {delta.compared} logprobs "
+                    f"not bitwise equal, largest |difference| {delta.largest:.3g} at token {i}; "
+                    f"{turn.served.cached_prompt_tokens} prompt tokens cached"
+                ],
+            )
         if not claimed and tol is not None and delta.largest > tol:
             i = delta.index
-            return (f"request {turn.name}: logprob at token {i} differs from its cold read by {delta.largest:.3g}, over "
-                    f"the tolerance {tol:g} (cached {turn.served.logprobs[i]!r}, cold {turn.cold.logprobs[i]!r})",
-                    [f"request {turn.name} ({turn.served.request_id}): largest |difference| {delta.largest:.3g} at token "
-                     f"{i}; {turn.served.cached_prompt_tokens} prompt tokens cached"])
+            return (
+                f"request {turn.name}: logprob at token {i} differs from its cold read by {delta.largest:.3g}, over "
+                f"the tolerance {tol:g} (cached {turn.served.logprobs[i]!r}, cold {turn.cold.logprobs[i]!r})",
+                [
+                    f"request {turn.name} ({turn.served.request_id}): largest |difference| {delta.largest:.3g} at token "
+                    f"{i}; {turn.served.cached_prompt_tokens} prompt tokens cached"
+                ],
+            )
         if worst is None or delta.largest > worst[0]:
             worst = (delta.largest, turn, delta)
     if worst is None:
@@ -79,38 +88,69 @@ def logprob_lines(turns: list[Turn], claimed: bool, tol: float | None = None) ->
 
 
 def _hit_events(run: CacheRun, phase: str, turn: Turn) -> list[dict[str, Any]]:
-    return [e for e in run.events.get(phase) or () if e.get("kind") == "CACHE_HIT"
-            and e.get("request_id") == turn.served.request_id]
+    return [
+        e
+        for e in run.events.get(phase) or ()
+        if e.get("kind") == "CACHE_HIT" and e.get("request_id") == turn.served.request_id
+    ]
 
 
 def store_step(run: CacheRun) -> Step:
     turns = {t.name: t for t in run.of("restore")}
     if "r0.t1" not in turns:
-        return Step(CHECK, STORE, INFO, "not run: GET /v1/engine reports no host store (prompt_cache.store) or no slot "
-                    "count (batch)")
+        return Step(
+            CHECK,
+            STORE,
+            INFO,
+            "not run: GET /v1/engine reports no host store (prompt_cache.store) or no slot count (batch)",
+        )
     turn = turns["r0.t1"]
     pushers = len([t for t in turns.values() if t.session != "r0"])
-    evidence = [f"r0.t0, then {pushers} cold requests one at a time (the engine has {run.info.get('batch')} slots), "
-                f"then r0.t1: {len(turn.prompt)} prompt tokens, {turn.served.cached_prompt_tokens} cached"]
+    evidence = [
+        f"r0.t0, then {pushers} cold requests one at a time (the engine has {run.info.get('batch')} slots), "
+        f"then r0.t1: {len(turn.prompt)} prompt tokens, {turn.served.cached_prompt_tokens} cached"
+    ]
     events = run.events.get("restore")
     hits = _hit_events(run, "restore", turn)
     evidence += [f"CACHE_HIT for r0.t1: {e.get('tokens')} tokens from {e.get('source')}" for e in hits]
     if events is not None:
         pushed = [e for e in events if e.get("kind") == "CACHE_EVICT"]
-        evidence.append("CACHE_EVICT in the phase: " + (", ".join(f"{e.get('source')} {e.get('tokens')} tokens to "
-                                                                 f"{e.get('to') or e.get('reason')}" for e in pushed) or "none"))
+        evidence.append(
+            "CACHE_EVICT in the phase: "
+            + (
+                ", ".join(
+                    f"{e.get('source')} {e.get('tokens')} tokens to {e.get('to') or e.get('reason')}" for e in pushed
+                )
+                or "none"
+            )
+        )
         if any(e.get("source") == "store" for e in hits):
-            return Step(CHECK, STORE, PASS, f"r0.t1 was restored from the host store ({hits[0].get('tokens')} tokens)",
-                        tuple(evidence))
+            return Step(
+                CHECK,
+                STORE,
+                PASS,
+                f"r0.t1 was restored from the host store ({hits[0].get('tokens')} tokens)",
+                tuple(evidence),
+            )
     before, after = run.store_counts or (None, None)
     if isinstance(before, dict) and isinstance(after, dict) and "store_hits" in after:
         grown = int(after.get("store_hits") or 0) - int(before.get("store_hits") or 0)
-        evidence.append(f"GET /v1/engine prompt_cache.store_hits: {before.get('store_hits')} -> {after.get('store_hits')}")
+        evidence.append(
+            f"GET /v1/engine prompt_cache.store_hits: {before.get('store_hits')} -> {after.get('store_hits')}"
+        )
         if grown > 0 and events is None:
-            return Step(CHECK, STORE, PASS, f"the engine counted {grown} store hit(s) in the phase (no event feed)",
-                        tuple(evidence))
-    why = ("r0.t1 was served from a slot, not the store" if any(e.get("source") == "slot" for e in hits) else
-           "r0.t1 was not a cache hit: the store did not keep r0's prefix (too small for it?)")
+            return Step(
+                CHECK,
+                STORE,
+                PASS,
+                f"the engine counted {grown} store hit(s) in the phase (no event feed)",
+                tuple(evidence),
+            )
+    why = (
+        "r0.t1 was served from a slot, not the store"
+        if any(e.get("source") == "slot" for e in hits)
+        else "r0.t1 was not a cache hit: the store did not keep r0's prefix (too small for it?)"
+    )
     return Step(CHECK, STORE, NOT_EXERCISED, why, tuple(evidence))
 
 
@@ -137,8 +177,13 @@ def salts_step(run: CacheRun) -> Step:
     events = run.events.get("salts")
     reports = any(t.served.cached_prompt_tokens is not None for t in turns.values())
     if not reports and events is None:
-        return Step(CHECK, SALTS, NOT_EXERCISED, "the server reports no cached_tokens in usage and has no event feed: "
-                    "nothing shows what a salted request took from the cache")
+        return Step(
+            CHECK,
+            SALTS,
+            NOT_EXERCISED,
+            "the server reports no cached_tokens in usage and has no event feed: "
+            "nothing shows what a salted request took from the cache",
+        )
     evidence, crossed = [], []
     for name in ("x.holder", "x.other-salt", "x.no-salt", "x.same-salt"):
         turn = turns.get(name)
@@ -146,16 +191,26 @@ def salts_step(run: CacheRun) -> Step:
             continue
         hits = _hit_events(run, "salts", turn)
         cached = max([turn.served.cached_prompt_tokens or 0] + [int(e.get("tokens") or 0) for e in hits])
-        evidence.append(f"{name}: salt {turn.salt or '(none)'}, {len(turn.prompt)} prompt tokens, {cached} cached"
-                        + (f" (CACHE_HIT from {hits[0].get('source')})" if hits else ""))
+        evidence.append(
+            f"{name}: salt {turn.salt or '(none)'}, {len(turn.prompt)} prompt tokens, {cached} cached"
+            + (f" (CACHE_HIT from {hits[0].get('source')})" if hits else "")
+        )
         own = _shared_within_salt(run, turn)  # what a cache may serve it from requests of its own salt
         if name in ("x.other-salt", "x.no-salt") and cached > own:
-            crossed.append(f"request {name} (salt {turn.salt or 'none'}, {turn.served.request_id}) took {cached} "
-                           f"cached tokens where requests of its own salt share {own}: x.holder's prefix (salt a)")
+            crossed.append(
+                f"request {name} (salt {turn.salt or 'none'}, {turn.served.request_id}) took {cached} "
+                f"cached tokens where requests of its own salt share {own}: x.holder's prefix (salt a)"
+            )
     if crossed:
         return Step(CHECK, SALTS, FAIL, "; ".join(crossed), tuple(evidence))
     control = turns.get("x.same-salt")
     if control is None or not (control.served.cached_prompt_tokens or _hit_events(run, "salts", control)):
-        return Step(CHECK, SALTS, NOT_EXERCISED, "the holder's own salt got no hit (x.same-salt): the cache never "
-                    "held the prefix, so isolation was not shown", tuple(evidence))
+        return Step(
+            CHECK,
+            SALTS,
+            NOT_EXERCISED,
+            "the holder's own salt got no hit (x.same-salt): the cache never "
+            "held the prefix, so isolation was not shown",
+            tuple(evidence),
+        )
     return Step(CHECK, SALTS, PASS, "no cached token crossed a salt; the holder's own salt was a hit", tuple(evidence))

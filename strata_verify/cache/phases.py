@@ -12,6 +12,7 @@
 
 check.py calls these on the cache-on engine; every request is read cold afterwards with the others.
 """
+
 from __future__ import annotations
 
 import uuid

@@ -6,6 +6,7 @@ every turn after the first repeats a prefix the engine has read, and a prompt ca
 ids come from the bench's cold-prompt generator (strata_bench.prompts), seeded by the run's nonce, so no
 earlier run's cache holds them; the long read of the give-way phase is under no prefix any session has.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,9 +40,13 @@ class CachePlan:
         if not self.scale > 0:
             raise ValueError(f"--scale must be > 0, got {self.scale}")
         if self.sessions < 1 or self.evict_sessions < 1:
-            raise ValueError(f"--sessions and --evict-sessions must be >= 1, got {self.sessions}, {self.evict_sessions}")
+            raise ValueError(
+                f"--sessions and --evict-sessions must be >= 1, got {self.sessions}, {self.evict_sessions}"
+            )
         if self.turns < 2 or self.evict_turns < 2:
-            raise ValueError(f"--turns must be >= 2 (a session's later turns are what a cache serves), got {self.turns}")
+            raise ValueError(
+                f"--turns must be >= 2 (a session's later turns are what a cache serves), got {self.turns}"
+            )
         if self.answer_tokens < 1:
             raise ValueError(f"--tokens must be >= 1, got {self.answer_tokens}")
         if self.system_tokens < 2:
@@ -77,9 +82,11 @@ class CachePlan:
         return longest + self.answer_tokens
 
     def describe(self) -> str:
-        return (f"system {self.system_tokens}, context {self.context_tokens}, tool result {self.tool_tokens}, "
-                f"answer {self.answer_tokens} tokens; {self.sessions} sessions x {self.turns} turns, "
-                f"{self.evict_sessions} x {self.evict_turns} under eviction, a {self.long_tokens}-token read to give way")
+        return (
+            f"system {self.system_tokens}, context {self.context_tokens}, tool result {self.tool_tokens}, "
+            f"answer {self.answer_tokens} tokens; {self.sessions} sessions x {self.turns} turns, "
+            f"{self.evict_sessions} x {self.evict_turns} under eviction, a {self.long_tokens}-token read to give way"
+        )
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 the cache on and the same request read cold) and the engine's events per phase, when it has a feed.
 `check.py` fills it; `steps.py` judges it; neither imports the other.
 """
+
 from __future__ import annotations
 
 import threading
@@ -76,13 +77,34 @@ class CacheRun:
         def answer(c: Completion | None) -> dict[str, Any] | None:
             if c is None:
                 return None
-            return {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs, "usage": c.usage,
-                    "sent_at": None if c.sent_at is None else round(c.sent_at - self.t0, 6),
-                    "first_token_at": None if c.first_token_at is None else round(c.first_token_at - self.t0, 6)}
-        return {"target": self.target.describe(), "engine": self.info, "cold": self.cold_how,
-                "prompt_cache": self.cache_info, "plan": self.options.plan.describe(),
-                "store_counts": self.store_counts,
-                "turns": {n: {"phase": t.phase, "salt": t.salt, "prompt_tokens": len(t.prompt), "served": answer(t.served),
-                              "cold": answer(t.cold)} for n, t in self.turns.items()},
-                "events": {p: None if e is None else [{k: v for k, v in x.items() if k != "_arrived"} for x in e]
-                           for p, e in self.events.items()}}
+            return {
+                "request_id": c.request_id,
+                "token_ids": c.token_ids,
+                "logprobs": c.logprobs,
+                "usage": c.usage,
+                "sent_at": None if c.sent_at is None else round(c.sent_at - self.t0, 6),
+                "first_token_at": None if c.first_token_at is None else round(c.first_token_at - self.t0, 6),
+            }
+
+        return {
+            "target": self.target.describe(),
+            "engine": self.info,
+            "cold": self.cold_how,
+            "prompt_cache": self.cache_info,
+            "plan": self.options.plan.describe(),
+            "store_counts": self.store_counts,
+            "turns": {
+                n: {
+                    "phase": t.phase,
+                    "salt": t.salt,
+                    "prompt_tokens": len(t.prompt),
+                    "served": answer(t.served),
+                    "cold": answer(t.cold),
+                }
+                for n, t in self.turns.items()
+            },
+            "events": {
+                p: None if e is None else [{k: v for k, v in x.items() if k != "_arrived"} for x in e]
+                for p, e in self.events.items()
+            },
+        }

@@ -9,6 +9,7 @@ the gate does not wait for what cannot happen; that is concluded from facts only
 own running/waiting counters, or one stream that ended before the other began: concurrency.py), never
 from how many tokens one stream got first. A failed request is a GateError naming it and its error.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -21,6 +22,7 @@ from strata_verify.interleave.concurrency import ConcurrencyWatch, CounterReader
 from strata_verify.interleave.run import InterleaveOptions, InterleaveRun, OneAtATime
 from strata_verify.interleave.steps import judge
 from strata_verify.requests import NAMES, SAMPLED, request_id
+
 
 def run_interleave(target: Target, options: InterleaveOptions) -> InterleaveRun:
     """Both phases, then the verdict. GateError when an engine cannot be started or a request fails."""
@@ -57,21 +59,28 @@ def _prepare(run: InterleaveRun, client: EngineClient) -> int:
     """Engine facts, prompts, and how many tokens A and B may decode; GateError when they cannot fit."""
     info = client.prepare()
     run.info = info
-    run.cache = (f"every request asked to skip the prefix cache ({client.cold})" if client.cold else
-                 "Strata keeps no prefix cache" if client.family.events else
-                 f"{client.family.label}: no per-request switch for a prefix cache; solo runs may reuse one")
+    run.cache = (
+        f"every request asked to skip the prefix cache ({client.cold})"
+        if client.cold
+        else "Strata keeps no prefix cache"
+        if client.family.events
+        else f"{client.family.label}: no per-request switch for a prefix cache; solo runs may reuse one"
+    )
     if client.server is not None and client.server.slots == 1:
         run.concurrency = [f"the server's own facts: one slot ({client.server.describe()})"]
-        raise OneAtATime(f"the server has one slot (runs one request at a time; the server's own facts): "
-                         f"{client.server.describe()}")
+        raise OneAtATime(
+            f"the server has one slot (runs one request at a time; the server's own facts): {client.server.describe()}"
+        )
     plan = run.options.plan
     vocab = info.get("vocab_size") or run.options.vocab_size
     if not vocab:
         raise GateError("interleave: the engine reports no vocab_size (GET /v1/engine); pass --vocab N")
     ctx = info.get("ctx")
     if ctx and plan.needed_ctx() > ctx:
-        raise GateError(f"interleave: C's prompt ({plan.long_tokens} tokens) plus {plan.answer_tokens} answer tokens "
-                        f"does not fit the engine's context ({ctx}); lower --scale or give the engine a larger --ctx")
+        raise GateError(
+            f"interleave: C's prompt ({plan.long_tokens} tokens) plus {plan.answer_tokens} answer tokens "
+            f"does not fit the engine's context ({ctx}); lower --scale or give the engine a larger --ctx"
+        )
     run.prompts = plan.prompts(int(vocab), info.get("eos_token_id"))
     longest_decoder = max(len(run.prompts["A"]), len(run.prompts["B"]))
     room = (ctx - longest_decoder - 1) if ctx else run.options.decode_cap
@@ -100,8 +109,9 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
         finally:
             run.concurrency = watch.describe()
         # S: seeded sampling in decode batches beside A and B (the field's "interleaved == solo" at temperature > 0).
-        sampled = client.task(SAMPLED, ids[SAMPLED], run.prompts[SAMPLED], plan.sampled_tokens,
-                              sampling=opts.sampling).start()
+        sampled = client.task(
+            SAMPLED, ids[SAMPLED], run.prompts[SAMPLED], plan.sampled_tokens, sampling=opts.sampling
+        ).start()
         run.sampled["interleaved"] = _finish(sampled, opts.phase_timeout, "seeded sampling while A and B decode")
         tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
@@ -115,8 +125,9 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
         # the latest; the give-way step then fails as not exercised, for want of proof.
         deadline = time.perf_counter() + min(opts.phase_timeout, 120.0)
         while run.watcher.available and time.perf_counter() < deadline and not tasks["D"].first_token.is_set():
-            if run.watcher.wait_for(lambda e: e.get("request_id") == ids["D"] and e.get("kind") in ("READ_START", "PIECE"),
-                                    timeout=0.2):
+            if run.watcher.wait_for(
+                lambda e: e.get("request_id") == ids["D"] and e.get("kind") in ("READ_START", "PIECE"), timeout=0.2
+            ):
                 break
         tasks["E"] = client.task("E", ids["E"], run.prompts["E"], plan.answer_tokens).start()
         for name in ("D", "E"):
@@ -147,8 +158,10 @@ def _wait_both_decoding(a: StreamTask, b: StreamTask, timeout: float, watch: Con
         if reason is not None:
             raise OneAtATime(reason)
         if time.perf_counter() > deadline:
-            raise GateError(f"interleave: A or B got no token in {timeout:.0f} s (A {len(a.result.times)} tokens, "
-                            f"B {len(b.result.times)}); " + "; ".join(watch.describe()))
+            raise GateError(
+                f"interleave: A or B got no token in {timeout:.0f} s (A {len(a.result.times)} tokens, "
+                f"B {len(b.result.times)}); " + "; ".join(watch.describe())
+            )
         (b if a.first_token.is_set() else a).first_token.wait(0.05)  # wait on the one without a token: no spin
     for task in (a, b):
         _check(task, "decoding before C")
@@ -170,8 +183,9 @@ def _solo_phase(run: InterleaveRun, client: EngineClient) -> None:
         run.solo[name] = answer
     plan, sampling = run.options.plan, run.options.sampling
     for key, phase in (("solo", "solo"), ("solo again", "solo2")):
-        answer = client.complete(SAMPLED, request_id(phase, SAMPLED, run.nonce), run.prompts[SAMPLED],
-                                 plan.sampled_tokens, sampling=sampling)
+        answer = client.complete(
+            SAMPLED, request_id(phase, SAMPLED, run.nonce), run.prompts[SAMPLED], plan.sampled_tokens, sampling=sampling
+        )
         if answer.error:
             raise GateError(f"interleave: seeded request S ({key}) failed: {answer.error}")
         run.sampled[key] = answer

@@ -18,6 +18,7 @@ and it had received `CLIENT_PROOF_TOKENS` after the other was sent (timing alone
 starved HTTP front end delivers one stream in bursts. A failed request is the caller's GateError, with its
 error; it is never evidence.
 """
+
 from __future__ import annotations
 
 import re
@@ -108,7 +109,9 @@ class CounterReader:
         if running is None:
             return None
         waiting = metric_sum(body, waiting_names)
-        self.source = f"GET /metrics {'/'.join(running_names)}" + (f", {'/'.join(waiting_names)}" if waiting is not None else "")
+        self.source = f"GET /metrics {'/'.join(running_names)}" + (
+            f", {'/'.join(waiting_names)}" if waiting is not None else ""
+        )
         return Counts(int(running), None if waiting is None else int(waiting), time.perf_counter())
 
     def _slots(self) -> Counts | None:
@@ -156,8 +159,10 @@ class ConcurrencyWatch:
         now = time.perf_counter() if now is None else now
         both_open = _open(a) and _open(b)
         if both_open and a.times and b.times and self.concurrent is None:
-            self.concurrent = (f"the client's clock: A and B both received tokens while both were open "
-                               f"(A first {self.rel(a.first_token_at)}, B first {self.rel(b.first_token_at)})")
+            self.concurrent = (
+                f"the client's clock: A and B both received tokens while both were open "
+                f"(A first {self.rel(a.first_token_at)}, B first {self.rel(b.first_token_at)})"
+            )
         proof = self._client_proof(a, b) or self._client_proof(b, a)
         if proof and self.concurrent is None:
             return proof
@@ -184,12 +189,18 @@ class ConcurrencyWatch:
                 self._serial_since, self._serial_samples, self._progress_from = counts.at, 0, len(streaming.times)
             self._serial_samples += 1
             span, progress = counts.at - self._serial_since, len(streaming.times) - self._progress_from
-            if (self.concurrent is None and span >= self.serial_window and self._serial_samples >= 4
-                    and progress >= SERIAL_PROGRESS_TOKENS):
+            if (
+                self.concurrent is None
+                and span >= self.serial_window
+                and self._serial_samples >= 4
+                and progress >= SERIAL_PROGRESS_TOKENS
+            ):
                 other = b if streaming is a else a
-                return (f"the engine's counters ({src}) said {counts.running} running and {counts.waiting} waiting in "
-                        f"every one of {self._serial_samples} reads over {span:.1f} s while {streaming.name} received "
-                        f"{progress} tokens and {other.name} waited: the server runs one request at a time")
+                return (
+                    f"the engine's counters ({src}) said {counts.running} running and {counts.waiting} waiting in "
+                    f"every one of {self._serial_samples} reads over {span:.1f} s while {streaming.name} received "
+                    f"{progress} tokens and {other.name} waited: the server runs one request at a time"
+                )
             return None
         self._serial_since = None  # nothing waits inside the engine: the other request has not reached it yet
         return None
@@ -208,9 +219,11 @@ class ConcurrencyWatch:
         after = _tokens_after(first, second.sent_at)
         if after < CLIENT_PROOF_TOKENS:
             return None
-        return (f"the client's clock: {first.name} ended ({first.finish_reason}, {len(first.times)} tokens, {after} of "
-                f"them after {second.name} was sent) before {second.name} had a token: the server runs one request "
-                "at a time")
+        return (
+            f"the client's clock: {first.name} ended ({first.finish_reason}, {len(first.times)} tokens, {after} of "
+            f"them after {second.name} was sent) before {second.name} had a token: the server runs one request "
+            "at a time"
+        )
 
     def describe(self) -> list[str]:
         """The evidence lines for the report."""
@@ -218,8 +231,12 @@ class ConcurrencyWatch:
         if self.reader is None:
             lines.append("engine counters: not read")
         elif self.reader.source:
-            lines.append(f"engine counters: {self.reader.source}, {self.samples} reads while A and B were both open"
-                         + (f", {self.unanswered} unanswered" if self.unanswered else ""))
+            lines.append(
+                f"engine counters: {self.reader.source}, {self.samples} reads while A and B were both open"
+                + (f", {self.unanswered} unanswered" if self.unanswered else "")
+            )
         else:
-            lines.append("engine counters: none (no GET /metrics running count, no /slots): judged on the client's clock")
+            lines.append(
+                "engine counters: none (no GET /metrics running count, no /slots): judged on the client's clock"
+            )
         return lines + self.notes

@@ -2,6 +2,7 @@
 the evidence one run gathered (`InterleaveRun`: every token with its arrival time, the engine's events
 when it has a feed). `check.py` fills it; `steps.py` judges it; neither imports the other.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -75,16 +76,30 @@ class InterleaveRun:
 
     def to_dict(self) -> dict[str, Any]:
         def answer(c: Completion) -> dict[str, Any]:
-            return {"request_id": c.request_id, "token_ids": c.token_ids, "logprobs": c.logprobs,
-                    "times": [round(t - self.t0, 6) for t in c.times], "sent_at": round(c.sent_at - self.t0, 6),
-                    "finish_reason": c.finish_reason, "cancelled": c.cancelled}
+            return {
+                "request_id": c.request_id,
+                "token_ids": c.token_ids,
+                "logprobs": c.logprobs,
+                "times": [round(t - self.t0, 6) for t in c.times],
+                "sent_at": round(c.sent_at - self.t0, 6),
+                "finish_reason": c.finish_reason,
+                "cancelled": c.cancelled,
+            }
+
         events = self.watcher.events if self.watcher else []
-        return {"target": self.target.describe(), "engine": self.info, "one_at_a_time": self.one_at_a_time,
-                "cache": self.cache, "concurrency": self.concurrency,
-                "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
-                "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
-                "solo": {k: answer(v) for k, v in self.solo.items()},
-                "sampled": {"sampling": self.options.sampling.describe(),
-                            **{k: {**answer(v), "text": v.text} for k, v in self.sampled.items()}},
-                "not streamed": {k: {**answer(v), "text": v.text} for k, v in self.whole.items()},
-                "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in events]}
+        return {
+            "target": self.target.describe(),
+            "engine": self.info,
+            "one_at_a_time": self.one_at_a_time,
+            "cache": self.cache,
+            "concurrency": self.concurrency,
+            "prompt_lengths": {k: len(v) for k, v in self.prompts.items()},
+            "interleaved": {k: answer(v) for k, v in self.interleaved.items()},
+            "solo": {k: answer(v) for k, v in self.solo.items()},
+            "sampled": {
+                "sampling": self.options.sampling.describe(),
+                **{k: {**answer(v), "text": v.text} for k, v in self.sampled.items()},
+            },
+            "not streamed": {k: {**answer(v), "text": v.text} for k, v in self.whole.items()},
+            "events": [{k: v for k, v in e.items() if k != "_arrived"} for e in events],
+        }

@@ -10,6 +10,7 @@
 
 A token difference always fails, whatever was or was not exercised.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,30 +40,59 @@ def judge_sampled(run: Any) -> list[Step]:
     steps = []
 
     diff = difference("interleaved", inter, "solo", solo)
-    evidence = [f"S: {len(run.prompts.get(SAMPLED, ()))} prompt tokens, {sampling}", *(diff[1] if diff else ()), drawn[1]]
+    evidence = [
+        f"S: {len(run.prompts.get(SAMPLED, ()))} prompt tokens, {sampling}",
+        *(diff[1] if diff else ()),
+        drawn[1],
+    ]
     shown, how = _beside_a_and_b(run, inter)
     evidence.append(how)
     if diff is not None:
         steps.append(Step(CHECK, INTERLEAVED, FAIL, diff[0], tuple(evidence)))
     elif not shown:
-        steps.append(Step(CHECK, INTERLEAVED, NOT_EXERCISED, "S was not shown to be sampled beside A and B",
-                          tuple(evidence)))
+        steps.append(
+            Step(CHECK, INTERLEAVED, NOT_EXERCISED, "S was not shown to be sampled beside A and B", tuple(evidence))
+        )
     elif drawn[0] is False:
-        steps.append(Step(CHECK, INTERLEAVED, NOT_EXERCISED, "every sampled token was the argmax: the sampling was "
-                          "not shown (does the server ignore temperature?)", tuple(evidence)))
+        steps.append(
+            Step(
+                CHECK,
+                INTERLEAVED,
+                NOT_EXERCISED,
+                "every sampled token was the argmax: the sampling was not shown (does the server ignore temperature?)",
+                tuple(evidence),
+            )
+        )
     else:
-        steps.append(Step(CHECK, INTERLEAVED, PASS, f"{len(inter.token_ids or inter.text)} sampled tokens equal "
-                          "(sampled beside A and B, then alone on a fresh engine)", tuple(evidence)))
+        steps.append(
+            Step(
+                CHECK,
+                INTERLEAVED,
+                PASS,
+                f"{len(inter.token_ids or inter.text)} sampled tokens equal "
+                "(sampled beside A and B, then alone on a fresh engine)",
+                tuple(evidence),
+            )
+        )
 
     diff = difference("run 1", solo, "run 2", again)
     evidence = [f"{sampling}; both alone on one engine, one after the other", *(diff[1] if diff else ()), drawn[1]]
     if diff is not None:
         steps.append(Step(CHECK, RUNS, FAIL, diff[0], tuple(evidence)))
     elif drawn[0] is False:
-        steps.append(Step(CHECK, RUNS, NOT_EXERCISED, "every sampled token was the argmax: the sampling was not shown",
-                          tuple(evidence)))
+        steps.append(
+            Step(
+                CHECK,
+                RUNS,
+                NOT_EXERCISED,
+                "every sampled token was the argmax: the sampling was not shown",
+                tuple(evidence),
+            )
+        )
     else:
-        steps.append(Step(CHECK, RUNS, PASS, f"{len(solo.token_ids or solo.text)} sampled tokens equal", tuple(evidence)))
+        steps.append(
+            Step(CHECK, RUNS, PASS, f"{len(solo.token_ids or solo.text)} sampled tokens equal", tuple(evidence))
+        )
 
     for name, streamed, what in ((SAMPLED, solo, f"seeded, {sampling}"), ("E", run.solo.get("E"), "greedy")):
         steps.append(_stream_step(run, name, streamed, run.whole.get(name), what))
@@ -76,15 +106,28 @@ def _stream_step(run: Any, name: str, streamed, whole, what: str) -> Step:
     if diff is not None:
         return Step(CHECK, step, FAIL, diff[0], (*evidence, *diff[1]))
     if streamed.finish_reason != whole.finish_reason:
-        return Step(CHECK, step, FAIL, f"finish reason differs: streamed {streamed.finish_reason!r}, not streamed "
-                    f"{whole.finish_reason!r}", tuple(evidence))
+        return Step(
+            CHECK,
+            step,
+            FAIL,
+            f"finish reason differs: streamed {streamed.finish_reason!r}, not streamed {whole.finish_reason!r}",
+            tuple(evidence),
+        )
     delta = logprob_delta(streamed, whole)
     if delta.compared:
-        evidence.append(f"logprobs: {delta.compared} positions, {delta.differing} not bitwise equal, largest "
-                        f"|difference| {delta.largest:.3g}" + (f" (token {delta.index})" if delta.differing else ""))
+        evidence.append(
+            f"logprobs: {delta.compared} positions, {delta.differing} not bitwise equal, largest "
+            f"|difference| {delta.largest:.3g}" + (f" (token {delta.index})" if delta.differing else "")
+        )
         if run.info.get("batch_invariant") is True and not delta.bitwise_equal:
-            return Step(CHECK, step, FAIL, f"the engine claims batch invariance but the logprobs differ: largest "
-                        f"{delta.largest:.3g} at token {delta.index}", tuple(evidence))
+            return Step(
+                CHECK,
+                step,
+                FAIL,
+                f"the engine claims batch invariance but the logprobs differ: largest "
+                f"{delta.largest:.3g} at token {delta.index}",
+                tuple(evidence),
+            )
     else:
         evidence.append("no logprobs on both sides: not compared")
     count = f"{len(streamed.token_ids)} token ids" if streamed.ids_given and whole.ids_given else "the text"
@@ -100,18 +143,28 @@ def difference(left_name: str, left, right_name: str, right) -> tuple[str, list[
     if left.ids_given and right.ids_given:
         index = first_difference(left.token_ids, right.token_ids)
         if index is not None:
-            return (f"token ids differ at token {index}",
-                    [f"{rid}: {left_name} has {len(left.token_ids)} tokens, {right_name} {len(right.token_ids)}",
-                     f"at token {index}: {left_name} {_token(left, index)}, {right_name} {_token(right, index)}",
-                     f"{left_name} tokens {index}..: {left.token_ids[index:index + 8]}",
-                     f"{right_name} tokens {index}..: {right.token_ids[index:index + 8]}"])
+            return (
+                f"token ids differ at token {index}",
+                [
+                    f"{rid}: {left_name} has {len(left.token_ids)} tokens, {right_name} {len(right.token_ids)}",
+                    f"at token {index}: {left_name} {_token(left, index)}, {right_name} {_token(right, index)}",
+                    f"{left_name} tokens {index}..: {left.token_ids[index : index + 8]}",
+                    f"{right_name} tokens {index}..: {right.token_ids[index : index + 8]}",
+                ],
+            )
     elif not (left.text or right.text):
         return "no tokens to compare (neither token ids nor text)", [rid]
     index = first_difference(left.text, right.text)
     if index is not None:
         same_ids = " (the token ids are equal)" if left.ids_given and right.ids_given else ""
-        return (f"text differs at character {index}{same_ids}",
-                [rid, f"{left_name}: {left.text[index:index + 40]!r}", f"{right_name}: {right.text[index:index + 40]!r}"])
+        return (
+            f"text differs at character {index}{same_ids}",
+            [
+                rid,
+                f"{left_name}: {left.text[index : index + 40]!r}",
+                f"{right_name}: {right.text[index : index + 40]!r}",
+            ],
+        )
     return None
 
 
@@ -146,12 +199,18 @@ def _beside_a_and_b(run: Any, s) -> tuple[bool, str]:
         return False, "S, A or B is missing"
     start, end = s.first_token_at, s.ended_at
     got = {n: x.tokens_between(start, end) for n, x in (("A", a), ("B", b))}
-    open_through = {n: (x.first_token_at is not None and x.first_token_at <= start
-                        and (x.cancelled or (x.ended_at or 0) >= end)) for n, x in (("A", a), ("B", b))}
-    how = (f"S's first token {run.rel(start)}, its end {run.rel(end)}; tokens A and B received meanwhile: A {got['A']}, B "
-           f"{got['B']} (the client's clock; A and B decode until the gate cancels them)")
+    open_through = {
+        n: (x.first_token_at is not None and x.first_token_at <= start and (x.cancelled or (x.ended_at or 0) >= end))
+        for n, x in (("A", a), ("B", b))
+    }
+    how = (
+        f"S's first token {run.rel(start)}, its end {run.rel(end)}; tokens A and B received meanwhile: A {got['A']}, B "
+        f"{got['B']} (the client's clock; A and B decode until the gate cancels them)"
+    )
     if not all(open_through.values()):
-        return False, how + "; " + " and ".join(n for n, ok in open_through.items() if not ok) + " not decoding across S"
+        return False, how + "; " + " and ".join(
+            n for n, ok in open_through.items() if not ok
+        ) + " not decoding across S"
     if not (got["A"] and got["B"]):
         return False, how
     return True, how

@@ -7,6 +7,7 @@ behaviour the run declares the engine to lack (`--lacks`, behaviours.py) is NOT_
 is judged per request on token ids, or on text where the server gives no ids; logprobs are compared
 bitwise only where the engine claims batch invariance, and their largest difference is always reported.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,16 +32,18 @@ def judge(run: InterleaveRun) -> list[Step]:
     if run.one_at_a_time is not None:
         names = [*STEP_NAMES, *(f"{name} interleaved == solo" for name in NAMES), *FIELD_STEP_NAMES]
         evidence = (*run.concurrency, *((run.cache,) if run.cache else ()))
-        return apply_declaration([Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, evidence, build)
-                                  for name in names], run.options.lacks)
+        return apply_declaration(
+            [Step(CHECK, name, NOT_EXERCISED, run.one_at_a_time, evidence, build) for name in names], run.options.lacks
+        )
     steps = [_decoders(run), _read_during_decode(run), _give_way(run)]
     steps += [_equal(run, name) for name in NAMES]
     feed = run.watcher.events if run.watcher is not None and run.watcher.available else None
     steps.append(resume_step(CHECK, feed, {name: run.interleaved[name].request_id for name in NAMES}))
     steps.append(_logprobs(run))
     steps += judge_sampled(run)  # the field's checks: seeded sampling, stream == non-stream (sampled.py)
-    return apply_declaration([Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps],
-                             run.options.lacks)
+    return apply_declaration(
+        [Step(CHECK, s.name, s.status, s.reason, s.evidence, build) for s in steps], run.options.lacks
+    )
 
 
 def engine_has_pieces(info: dict[str, Any]) -> bool | None:
@@ -86,12 +89,17 @@ def longest_pause(answer, start: float, end: float) -> float:
 
 def _decoders(run: InterleaveRun) -> Step:
     a, b, c = (run.interleaved[n] for n in "ABC")
-    evidence = [f"A: first token {run.rel(a.first_token_at)}, B: first token {run.rel(b.first_token_at)}; "
-                f"C sent {run.rel(c.sent_at)}", *run.concurrency]
+    evidence = [
+        f"A: first token {run.rel(a.first_token_at)}, B: first token {run.rel(b.first_token_at)}; "
+        f"C sent {run.rel(c.sent_at)}",
+        *run.concurrency,
+    ]
     if a.first_token_at is None or b.first_token_at is None:
         return Step(CHECK, "A and B decode", NOT_EXERCISED, "A or B produced no token", tuple(evidence))
     if max(a.first_token_at, b.first_token_at) > c.sent_at:
-        return Step(CHECK, "A and B decode", NOT_EXERCISED, "A or B was not decoding yet when C was sent", tuple(evidence))
+        return Step(
+            CHECK, "A and B decode", NOT_EXERCISED, "A or B was not decoding yet when C was sent", tuple(evidence)
+        )
     return Step(CHECK, "A and B decode", PASS, "both decoding before C was sent", tuple(evidence))
 
 
@@ -108,9 +116,11 @@ def _read_during_decode(run: InterleaveRun) -> Step:
     a, b = run.interleaved["A"], run.interleaved["B"]
     pieces = _pieces(run, run.interleaved["C"].request_id)
     has_pieces = engine_has_pieces(run.info)
-    evidence = [f"C's read ({source}): {run.rel(start)} .. {run.rel(end)}, {end - start:.3f} s, "
-                f"{len(run.prompts['C'])} prompt tokens",
-                f"longest pause during C's read: A {longest_pause(a, start, end):.3f} s, B {longest_pause(b, start, end):.3f} s"]
+    evidence = [
+        f"C's read ({source}): {run.rel(start)} .. {run.rel(end)}, {end - start:.3f} s, "
+        f"{len(run.prompts['C'])} prompt tokens",
+        f"longest pause during C's read: A {longest_pause(a, start, end):.3f} s, B {longest_pause(b, start, end):.3f} s",
+    ]
     # Tokens made just before READ_START can reach the gate after it; counting from the end of the
     # first piece leaves them out, so what is counted was decoded between pieces.
     first_piece_end = _when(run, pieces[0]) if pieces else None
@@ -121,28 +131,47 @@ def _read_during_decode(run: InterleaveRun) -> Step:
     if pieces:
         sizes = "+".join(str(p.get("tokens", "?")) for p in pieces)
         steps = ", ".join(str(p.get("decode_steps", "?")) for p in pieces)
-        evidence.append(f"C read in {len(pieces)} pieces (PIECE events): {sizes} tokens; decode steps after each: {steps}")
+        evidence.append(
+            f"C read in {len(pieces)} pieces (PIECE events): {sizes} tokens; decode steps after each: {steps}"
+        )
     elif run.watcher is not None and run.watcher.available:
         evidence.append("no PIECE events for C (read in one run)")
     else:
         evidence.append("the engine has no event feed (GET /v1/events): judged from token arrival times only")
     lost = [n for n, ans in (("A", a), ("B", b)) if not _active_through(ans, end)]
     if lost:
-        return Step(CHECK, name, NOT_EXERCISED, f"{' and '.join(lost)} stopped decoding before C's read ended", tuple(evidence))
+        return Step(
+            CHECK, name, NOT_EXERCISED, f"{' and '.join(lost)} stopped decoding before C's read ended", tuple(evidence)
+        )
     if has_pieces:
         if len(pieces) < 2:
-            return Step(CHECK, name, NOT_EXERCISED, f"the engine reads in pieces of {run.info.get('piped_read_piece')} "
-                        f"tokens but C's read went in {len(pieces)} piece(s): raise --scale or lower the piece size",
-                        tuple(evidence))
+            return Step(
+                CHECK,
+                name,
+                NOT_EXERCISED,
+                f"the engine reads in pieces of {run.info.get('piped_read_piece')} "
+                f"tokens but C's read went in {len(pieces)} piece(s): raise --scale or lower the piece size",
+                tuple(evidence),
+            )
         if got_a == 0 or got_b == 0:
-            return Step(CHECK, name, NOT_EXERCISED, "C was read in pieces but A or B got no token between them",
-                        tuple(evidence))
-        return Step(CHECK, name, PASS, f"C read in {len(pieces)} pieces while A and B got {got_a} and {got_b} tokens",
-                    tuple(evidence))
+            return Step(
+                CHECK, name, NOT_EXERCISED, "C was read in pieces but A or B got no token between them", tuple(evidence)
+            )
+        return Step(
+            CHECK,
+            name,
+            PASS,
+            f"C read in {len(pieces)} pieces while A and B got {got_a} and {got_b} tokens",
+            tuple(evidence),
+        )
     if has_pieces is False:
-        evidence.append("the engine reads each prompt in one run (GET /v1/engine: no piece size), so A and B "
-                        "wait for the read; they held their slots and decoded before and after it")
-        return Step(CHECK, name, PASS, "C was read while A and B held decoding slots (one run, no pieces)", tuple(evidence))
+        evidence.append(
+            "the engine reads each prompt in one run (GET /v1/engine: no piece size), so A and B "
+            "wait for the read; they held their slots and decoded before and after it"
+        )
+        return Step(
+            CHECK, name, PASS, "C was read while A and B held decoding slots (one run, no pieces)", tuple(evidence)
+        )
     if got_a == 0 and got_b == 0:
         return Step(CHECK, name, NOT_EXERCISED, "A and B got no token during C's read", tuple(evidence))
     return Step(CHECK, name, PASS, f"A and B got {got_a} and {got_b} tokens during C's read", tuple(evidence))
@@ -156,23 +185,37 @@ def _give_way(run: InterleaveRun) -> Step:
     if w is None or not w.available:
         return _give_way_seen_from_outside(run, name, evidence)
     start, end, source = _read_window(run, "D")
-    evidence.append(f"D's read ({source}): {run.rel(start)} .. {run.rel(end)}; E sent {run.rel(e.sent_at)}; "
-                    f"E's first token {run.rel(e.first_token_at)}, D's first token {run.rel(d.first_token_at)}")
+    evidence.append(
+        f"D's read ({source}): {run.rel(start)} .. {run.rel(end)}; E sent {run.rel(e.sent_at)}; "
+        f"E's first token {run.rel(e.first_token_at)}, D's first token {run.rel(d.first_token_at)}"
+    )
     pieces = _pieces(run, d.request_id)
     if pieces:
         evidence.append(f"D read in {len(pieces)} pieces: " + "+".join(str(p.get("tokens", "?")) for p in pieces))
-    yields = [y for y in w.of(None, "YIELDED") if d.request_id in (y.get("request_id"), y.get("parked"))
-              or (y.get("request_id") is None and y.get("to") == e.request_id)]
+    yields = [
+        y
+        for y in w.of(None, "YIELDED")
+        if d.request_id in (y.get("request_id"), y.get("parked"))
+        or (y.get("request_id") is None and y.get("to") == e.request_id)
+    ]
     for y in yields:
-        evidence.append(f"YIELDED {y.get('slot')} {y.get('tokens_read')} (to {y.get('to', '?')}) at {run.rel(_when(run, y))}")
+        evidence.append(
+            f"YIELDED {y.get('slot')} {y.get('tokens_read')} (to {y.get('to', '?')}) at {run.rel(_when(run, y))}"
+        )
     if start is not None and e.sent_at < start:
         evidence.append("E was sent before D's read began (the engine had not reported READ_START for D in time)")
     if not yields:
         if end is not None and e.sent_at > end:
-            return Step(CHECK, name, NOT_EXERCISED, "E was sent after D's read had ended; no give-way possible",
-                        tuple(evidence))
-        return Step(CHECK, name, NOT_EXERCISED, "D was read to its end without giving way (no YIELDED event for D)",
-                    tuple(evidence))
+            return Step(
+                CHECK, name, NOT_EXERCISED, "E was sent after D's read had ended; no give-way possible", tuple(evidence)
+            )
+        return Step(
+            CHECK,
+            name,
+            NOT_EXERCISED,
+            "D was read to its end without giving way (no YIELDED event for D)",
+            tuple(evidence),
+        )
     to_e = [y for y in yields if y.get("to") in (None, e.request_id)]
     if not to_e:
         return Step(CHECK, name, NOT_EXERCISED, f"D gave way to {yields[0].get('to')}, not to E", tuple(evidence))
@@ -180,9 +223,16 @@ def _give_way(run: InterleaveRun) -> Step:
     e_ready = _when(run, e_done[0]) if e_done else e.first_token_at
     d_ready = end if end is not None else d.first_token_at
     if e_ready is None or d_ready is None or e_ready > d_ready:
-        return Step(CHECK, name, NOT_EXERCISED, "D logged YIELDED but E's read did not finish before D's", tuple(evidence))
-    return Step(CHECK, name, PASS, f"D gave way at {to_e[0].get('tokens_read')} tokens; E was read while D waited",
-                tuple(evidence))
+        return Step(
+            CHECK, name, NOT_EXERCISED, "D logged YIELDED but E's read did not finish before D's", tuple(evidence)
+        )
+    return Step(
+        CHECK,
+        name,
+        PASS,
+        f"D gave way at {to_e[0].get('tokens_read')} tokens; E was read while D waited",
+        tuple(evidence),
+    )
 
 
 def _give_way_seen_from_outside(run: InterleaveRun, name: str, evidence: list[str]) -> Step:
@@ -194,21 +244,38 @@ def give_way_from_outside(check: str, name: str, long, short, rel, evidence: lis
     client's clock). `rel` writes a client-clock time for the evidence. The cache check uses it too."""
     d, e, dn, en = long, short, long.name, short.name
     evidence.append("the server has no event feed (GET /v1/events): judged on the client's clock")
-    evidence.append(f"{dn} sent {rel(d.sent_at)}, {en} sent {rel(e.sent_at)}; {en}'s first token "
-                    f"{rel(e.first_token_at)}, {dn}'s first token {rel(d.first_token_at)}")
+    evidence.append(
+        f"{dn} sent {rel(d.sent_at)}, {en} sent {rel(e.sent_at)}; {en}'s first token "
+        f"{rel(e.first_token_at)}, {dn}'s first token {rel(d.first_token_at)}"
+    )
     if d.first_token_at is None or e.first_token_at is None:
         return Step(check, name, NOT_EXERCISED, f"{dn} or {en} produced no token", tuple(evidence))
     if e.sent_at < d.sent_at:
         return Step(check, name, NOT_EXERCISED, f"{en} was sent before {dn}", tuple(evidence))
     if e.sent_at >= d.first_token_at:
-        return Step(check, name, NOT_EXERCISED, f"{en} was sent after {dn}'s read had ended; no give-way possible",
-                    tuple(evidence))
+        return Step(
+            check,
+            name,
+            NOT_EXERCISED,
+            f"{en} was sent after {dn}'s read had ended; no give-way possible",
+            tuple(evidence),
+        )
     if e.first_token_at < d.first_token_at:
-        return Step(check, name, PASS, f"{en}'s first token came {d.first_token_at - e.first_token_at:.3f} s before "
-                    f"{dn}'s: {en} was read while {dn}'s read was under way (the give-way seen from outside)",
-                    tuple(evidence))
-    return Step(check, name, NOT_EXERCISED, f"{en}'s first token came after {dn}'s: {en} waited for {dn}'s whole read",
-                tuple(evidence))
+        return Step(
+            check,
+            name,
+            PASS,
+            f"{en}'s first token came {d.first_token_at - e.first_token_at:.3f} s before "
+            f"{dn}'s: {en} was read while {dn}'s read was under way (the give-way seen from outside)",
+            tuple(evidence),
+        )
+    return Step(
+        check,
+        name,
+        NOT_EXERCISED,
+        f"{en}'s first token came after {dn}'s: {en} waited for {dn}'s whole read",
+        tuple(evidence),
+    )
 
 
 def _equal(run: InterleaveRun, name: str) -> Step:
@@ -221,16 +288,27 @@ def _equal(run: InterleaveRun, name: str) -> Step:
         index = first_difference(inter.text[:length], solo.text[:length])
         if index is None:
             return Step(CHECK, step, PASS, f"{length} characters of text equal (the server gives no token ids)")
-        return Step(CHECK, step, FAIL, f"text differs at character {index}",
-                    (f"interleaved: {inter.text[index:index + 40]!r}", f"solo: {solo.text[index:index + 40]!r}"))
+        return Step(
+            CHECK,
+            step,
+            FAIL,
+            f"text differs at character {index}",
+            (f"interleaved: {inter.text[index : index + 40]!r}", f"solo: {solo.text[index : index + 40]!r}"),
+        )
     if not inter.token_ids or not solo.token_ids:
-        return Step(CHECK, step, FAIL, f"no tokens to compare (interleaved {len(inter.token_ids)}, solo {len(solo.token_ids)})")
-    diff = compare_answers(left_name="interleaved", left=inter, right_name="solo", right=solo, near_tie=run.options.near_tie)
+        return Step(
+            CHECK, step, FAIL, f"no tokens to compare (interleaved {len(inter.token_ids)}, solo {len(solo.token_ids)})"
+        )
+    diff = compare_answers(
+        left_name="interleaved", left=inter, right_name="solo", right=solo, near_tie=run.options.near_tie
+    )
     if diff is None:
         return Step(CHECK, step, PASS, f"{len(inter.token_ids)} tokens equal")
-    evidence = [f"request {name} ({inter.request_id}): {diff.describe()}",
-                f"interleaved tokens {diff.index}..: {inter.token_ids[diff.index:diff.index + 8]}",
-                f"solo tokens {diff.index}..: {solo.token_ids[diff.index:diff.index + 8]}"]
+    evidence = [
+        f"request {name} ({inter.request_id}): {diff.describe()}",
+        f"interleaved tokens {diff.index}..: {inter.token_ids[diff.index : diff.index + 8]}",
+        f"solo tokens {diff.index}..: {solo.token_ids[diff.index : diff.index + 8]}",
+    ]
     if run.watcher is not None and run.watcher.available:
         evidence.append(place_to_look(run.watcher.events, _at(inter.times, diff.index), run.watcher.to_client, run.rel))
     label = {"near-tie": " (near-tie)", "wrong token": f" (wrong token: {', '.join(diff.wrong)})"}.get(diff.kind, "")
@@ -249,14 +327,26 @@ def _logprobs(run: InterleaveRun) -> Step:
         return Step(CHECK, step, INFO, "the engine returned no logprobs: nothing compared")
     worst = max(compared, key=lambda n: compared[n].largest)
     largest = compared[worst]
-    evidence = [f"{n}: {d.compared} positions, {d.differing} not bitwise equal, largest |difference| {d.largest:.3g}"
-                for n, d in compared.items()]
+    evidence = [
+        f"{n}: {d.compared} positions, {d.differing} not bitwise equal, largest |difference| {d.largest:.3g}"
+        for n, d in compared.items()
+    ]
     summary = f"largest logprob difference {largest.largest:.3g} (request {worst}, token {largest.index})"
     if run.info.get("batch_invariant") is True:
         differing = [n for n, d in compared.items() if not d.bitwise_equal]
         if differing:
-            return Step(CHECK, step, FAIL, f"the engine claims batch invariance but logprobs differ in "
-                        f"{', '.join(differing)}: {summary}", tuple(evidence))
+            return Step(
+                CHECK,
+                step,
+                FAIL,
+                f"the engine claims batch invariance but logprobs differ in {', '.join(differing)}: {summary}",
+                tuple(evidence),
+            )
         return Step(CHECK, step, PASS, "bitwise equal (the engine claims batch invariance)", tuple(evidence))
-    return Step(CHECK, step, INFO, f"{summary}; not required bitwise (the engine does not claim batch invariance)",
-                tuple(evidence))
+    return Step(
+        CHECK,
+        step,
+        INFO,
+        f"{summary}; not required bitwise (the engine does not claim batch invariance)",
+        tuple(evidence),
+    )

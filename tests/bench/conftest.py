@@ -1,4 +1,5 @@
 """Fixtures for the bench tests: a synthetic server in a subprocess on a free port, and a tiny scenario."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,14 @@ TINY_SCENARIO = {
     "stream_tail_s": 0.2,
     "requests": [
         {"name": "stream", "count": 2, "role": "stream", "prompt_tokens": 8, "max_tokens": 4000},
-        {"name": "big", "role": "joiner", "label": "the big prompt", "prompt_tokens": 2000, "at_s": 0.0, "max_tokens": 4},
+        {
+            "name": "big",
+            "role": "joiner",
+            "label": "the big prompt",
+            "prompt_tokens": 2000,
+            "at_s": 0.0,
+            "max_tokens": 4,
+        },
         {"name": "small", "role": "joiner", "prompt_tokens": 1000, "at_s": 0.1, "max_tokens": 4},
     ],
 }

@@ -1,5 +1,6 @@
 """The `agents` scenario: agent sessions as data, the chain of turns each prompt repeats, the session metrics,
 and one run against the synthetic server with a prefix cache and without."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +14,29 @@ from strata_bench.scenarios import Scenario, ScenarioError, load_scenario
 from strata_bench.sessions import missed_session_join
 
 SMALL = {
-    "name": "agents_small", "settle_s": 0.0, "system_tokens": 64,
+    "name": "agents_small",
+    "settle_s": 0.0,
+    "system_tokens": 64,
     "requests": [
-        {"name": "agent", "count": 2, "role": "session", "prompt_tokens": 32, "turns": 4, "tool_tokens": 8,
-         "max_tokens": 4, "think_s": 0.01},
-        {"name": "late", "role": "session", "prompt_tokens": 400, "turns": 2, "tool_tokens": 8, "max_tokens": 4,
-         "after_turns": 1},
+        {
+            "name": "agent",
+            "count": 2,
+            "role": "session",
+            "prompt_tokens": 32,
+            "turns": 4,
+            "tool_tokens": 8,
+            "max_tokens": 4,
+            "think_s": 0.01,
+        },
+        {
+            "name": "late",
+            "role": "session",
+            "prompt_tokens": 400,
+            "turns": 2,
+            "tool_tokens": 8,
+            "max_tokens": 4,
+            "after_turns": 1,
+        },
     ],
 }
 
@@ -34,14 +52,33 @@ def test_agents_scales_lengths_and_delays_but_keeps_turns_and_reply_length():
     assert "turns" not in load_scenario("two_joiners").to_dict()["requests"][0]  # other scenarios' JSON unchanged
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"requests": [{"name": "s", "role": "stream", "prompt_tokens": 8, "max_tokens": 4, "turns": 3}]}, "are for sessions"),
-    ({"requests": [{"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4, "turns": 2}]}, "tool_tokens"),
-    ({"requests": [{"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4, "after_turns": 1}]}, "none starts"),
-    ({"requests": [{"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4},
-                   {"name": "s", "role": "stream", "prompt_tokens": 8, "max_tokens": 4}]}, "only sessions"),
-    ({"system_tokens": -1}, "system_tokens"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            {"requests": [{"name": "s", "role": "stream", "prompt_tokens": 8, "max_tokens": 4, "turns": 3}]},
+            "are for sessions",
+        ),
+        (
+            {"requests": [{"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4, "turns": 2}]},
+            "tool_tokens",
+        ),
+        (
+            {"requests": [{"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4, "after_turns": 1}]},
+            "none starts",
+        ),
+        (
+            {
+                "requests": [
+                    {"name": "a", "role": "session", "prompt_tokens": 8, "max_tokens": 4},
+                    {"name": "s", "role": "stream", "prompt_tokens": 8, "max_tokens": 4},
+                ]
+            },
+            "only sessions",
+        ),
+        ({"system_tokens": -1}, "system_tokens"),
+    ],
+)
 def test_bad_session_scenarios_name_the_field(change, words):
     with pytest.raises(ScenarioError, match=words):
         Scenario.from_dict({**SMALL, **change})
@@ -54,16 +91,29 @@ def test_llama_server_is_asked_to_cache_a_session_and_vllm_needs_nothing():
 
 
 def _turn(session, turn, sent, times, cached=None, joined=False, prompt=100):
-    return {"name": f"{session}.t{turn}", "role": "session", "session": session, "turn": turn, "joined": joined,
-            "sent_at": sent, "first_token_at": times[0] if times else None, "token_times": times,
-            "ended_at": times[-1] if times else sent, "ended_by": "finished", "prompt_tokens": prompt,
-            "measured_prompt_tokens": prompt, "cached_prompt_tokens": cached}
+    return {
+        "name": f"{session}.t{turn}",
+        "role": "session",
+        "session": session,
+        "turn": turn,
+        "joined": joined,
+        "sent_at": sent,
+        "first_token_at": times[0] if times else None,
+        "token_times": times,
+        "ended_at": times[-1] if times else sent,
+        "ended_by": "finished",
+        "prompt_tokens": prompt,
+        "measured_prompt_tokens": prompt,
+        "cached_prompt_tokens": cached,
+    }
 
 
 def test_session_metrics_split_cached_from_first_turns_and_measure_the_others_wait_during_a_join():
     requests = [
-        _turn("a", 0, 0.0, [1.0, 1.1], cached=0), _turn("b", 0, 0.0, [2.0, 2.1], cached=0),
-        _turn("a", 1, 1.2, [1.3, 1.4], cached=90), _turn("b", 1, 2.2, [2.4, 2.5], cached=80),
+        _turn("a", 0, 0.0, [1.0, 1.1], cached=0),
+        _turn("b", 0, 0.0, [2.0, 2.1], cached=0),
+        _turn("a", 1, 1.2, [1.3, 1.4], cached=90),
+        _turn("b", 1, 2.2, [2.4, 2.5], cached=80),
         # the newcomer reads from 3.0 to 6.0; a's turn sent at 3.5 waits until 5.5, then a 0.2 s gap
         _turn("new", 0, 3.0, [6.0], cached=0, joined=True, prompt=1000),
         _turn("a", 2, 3.5, [5.5, 5.7], cached=95),
@@ -104,8 +154,9 @@ def test_each_turn_repeats_the_last_prompt_and_a_cache_serves_it(synthetic):
     assert compute_metrics(run)["cached_share"] > 50
     cold = _run(synthetic("--itl-ms", "2"), scenario)  # no cache: usage says nothing, nothing is claimed
     assert cold["status"] == "ok" and compute_metrics(cold)["cached_share"] is None
-    assert [r["token_ids"] for r in cold["requests"] if r["name"] == "agent1.t3"] == \
-        [r["token_ids"] for r in run["requests"] if r["name"] == "agent1.t3"]
+    assert [r["token_ids"] for r in cold["requests"] if r["name"] == "agent1.t3"] == [
+        r["token_ids"] for r in run["requests"] if r["name"] == "agent1.t3"
+    ]
 
 
 def test_a_session_that_cannot_fit_the_context_fails_the_run_with_the_numbers(synthetic):

@@ -1,5 +1,6 @@
 """Token ids go to a server that does not say its vocabulary only when its tokenizer is shown to be ours:
 the model directory it names is here, our loader reads it, and its /tokenize of the probe equals ours."""
+
 from __future__ import annotations
 
 from strata_bench.engines.agreement import PROBE_TEXT, check_agreement, local_model_dir

@@ -23,15 +23,18 @@ def test_env_prefix_is_recorded():
     assert parse_arm("p=X=1 cmd").env_assignments() == {"X": "1"}
 
 
-@pytest.mark.parametrize("text, words", [
-    ("release", "NAME=COMMAND"),
-    ("=cmd", "name before '=' is empty"),
-    ("bad name=cmd", "letters, digits"),
-    ("a=", "command is empty"),
-    ("a=@ftp://x", "not an http"),
-    ("a=@", "not an http"),
-    ("a=cmd 'unclosed", "cannot parse"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("release", "NAME=COMMAND"),
+        ("=cmd", "name before '=' is empty"),
+        ("bad name=cmd", "letters, digits"),
+        ("a=", "command is empty"),
+        ("a=@ftp://x", "not an http"),
+        ("a=@", "not an http"),
+        ("a=cmd 'unclosed", "cannot parse"),
+    ],
+)
 def test_malformed_arms(text, words):
     with pytest.raises(ArmError, match=words):
         parse_arm(text)
@@ -71,7 +74,15 @@ def test_order_reverses_every_round_for_more_arms():
 
 def test_plan_is_round_major_with_every_scenario_per_round():
     plan = run_plan(["A", "B"], ["x", "y"], 2)
-    assert [k.id for k in plan] == ["r00-x-A", "r00-x-B", "r00-y-A", "r00-y-B",
-                                    "r01-x-B", "r01-x-A", "r01-y-B", "r01-y-A"]
+    assert [k.id for k in plan] == [
+        "r00-x-A",
+        "r00-x-B",
+        "r00-y-A",
+        "r00-y-B",
+        "r01-x-B",
+        "r01-x-A",
+        "r01-y-B",
+        "r01-y-A",
+    ]
     with pytest.raises(ValueError):
         run_plan(["A", "B"], ["x"], 0)

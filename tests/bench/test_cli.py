@@ -1,4 +1,5 @@
 """The console script in a subprocess: bad input, the whole pipeline on synthetic arms, resume, failing arms."""
+
 import json
 import signal
 import subprocess
@@ -31,15 +32,33 @@ def test_bad_input_is_a_usage_error_before_anything_runs(tmp_path):
 
 def test_run_report_plot_on_synthetic_arms(tmp_path, tiny_scenario):
     out = tmp_path / "b"
-    r = bench("run", "--arm", f"release={SYN}", "--arm", f"pieces={PIECES}", "--scenarios", str(tiny_scenario),
-              "--repeat", "2", "--out", str(out))
+    r = bench(
+        "run",
+        "--arm",
+        f"release={SYN}",
+        "--arm",
+        f"pieces={PIECES}",
+        "--scenarios",
+        str(tiny_scenario),
+        "--repeat",
+        "2",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     # progress on stderr names runs and arms; the report on stdout has the spec-like table
     assert "[1/4] r00-tiny-release (arm release)" in r.stderr and "[4/4] r01-tiny-release" in r.stderr
     header = next(line for line in r.stdout.splitlines() if line.startswith("|") and "release" in line)
     assert header.split("|")[2].strip() == "release" and header.split("|")[3].strip() == "pieces"
-    for label in ("longest pause of a stream", "total time paused per stream", "tokens the streams got meanwhile",
-                  "the big prompt: TTFT", "small: TTFT", "stream token rate after the anchor", "inter-token latency p99"):
+    for label in (
+        "longest pause of a stream",
+        "total time paused per stream",
+        "tokens the streams got meanwhile",
+        "the big prompt: TTFT",
+        "small: TTFT",
+        "stream token rate after the anchor",
+        "inter-token latency p99",
+    ):
         assert any(line.startswith(f"| {label}") for line in r.stdout.splitlines()), label
     assert "pieces lower in" in r.stdout and "sign test p=" in r.stdout and "bootstrap CI" in r.stdout
     # every report defines its figures, one line each; the rate says it is not throughput
@@ -84,8 +103,18 @@ def test_run_report_plot_on_synthetic_arms(tmp_path, tiny_scenario):
 
 def test_a_different_greedy_token_is_named(tmp_path, tiny_scenario):
     out = tmp_path / "d"
-    r = bench("run", "--arm", f"a={SYN}", "--arm", f"b={SYN} --perturb-match stream1 --perturb-from 3",
-              "--scenarios", str(tiny_scenario), "--out", str(out), "--quiet")
+    r = bench(
+        "run",
+        "--arm",
+        f"a={SYN}",
+        "--arm",
+        f"b={SYN} --perturb-match stream1 --perturb-from 3",
+        "--scenarios",
+        str(tiny_scenario),
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     assert "Greedy tokens DIFFER in 1 of 4 request pairs" in r.stdout
     assert "round 0 tiny request stream1: b differs from a at token 3" in r.stdout
@@ -94,12 +123,32 @@ def test_a_different_greedy_token_is_named(tmp_path, tiny_scenario):
 def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
     out, hold = tmp_path / "r", tmp_path / "hold"
     hold.touch()  # arm b's engine is not healthy while this exists: the run waits there for the signal
-    args = ["run", "--arm", f"a={SYN}", "--arm", f"b={SYN} --hold-while {hold}", "--scenarios", str(tiny_scenario),
-            "--repeat", "2", "--out", str(out), "--no-report", "--health-timeout", "120"]
+    args = [
+        "run",
+        "--arm",
+        f"a={SYN}",
+        "--arm",
+        f"b={SYN} --hold-while {hold}",
+        "--scenarios",
+        str(tiny_scenario),
+        "--repeat",
+        "2",
+        "--out",
+        str(out),
+        "--no-report",
+        "--health-timeout",
+        "120",
+    ]
     # A shell's background job (`pytest ... &`) starts with SIGINT ignored, and a child inherits that: Python then
     # installs no KeyboardInterrupt handler and the signal below would be lost. The bench gets Ctrl-C's default.
-    proc = subprocess.Popen([BENCH, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [BENCH, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -118,18 +167,42 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
     assert resumed.stderr.count("already recorded, skipped") == len(saved)
     after = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
     assert len(after) == 4 and all(after[name] == data for name, data in saved.items())
-    other = bench("run", "--resume", "--out", str(out), "--arm", f"a={SYN}", "--arm", f"c={SYN}",
-                  "--scenarios", str(tiny_scenario), "--repeat", "2")
+    other = bench(
+        "run",
+        "--resume",
+        "--out",
+        str(out),
+        "--arm",
+        f"a={SYN}",
+        "--arm",
+        f"c={SYN}",
+        "--scenarios",
+        str(tiny_scenario),
+        "--repeat",
+        "2",
+    )
     assert other.returncode == 2 and "other settings" in other.stderr
 
 
 def test_failing_arms_are_recorded_and_the_others_go_on(tmp_path, tiny_scenario):
     out = tmp_path / "f"
-    r = bench("run", "--arm", f"good={SYN}",
-              "--arm", "broken=sh -c 'echo boom-on-stderr >&2; exit 3'",
-              "--arm", f"sleepy={SYN} --health-delay-s 100",
-              "--arm", f"dying={SYN} --die-after-s 0.2",
-              "--scenarios", str(tiny_scenario), "--out", str(out), "--health-timeout", "2")
+    r = bench(
+        "run",
+        "--arm",
+        f"good={SYN}",
+        "--arm",
+        "broken=sh -c 'echo boom-on-stderr >&2; exit 3'",
+        "--arm",
+        f"sleepy={SYN} --health-delay-s 100",
+        "--arm",
+        f"dying={SYN} --die-after-s 0.2",
+        "--scenarios",
+        str(tiny_scenario),
+        "--out",
+        str(out),
+        "--health-timeout",
+        "2",
+    )
     assert r.returncode == 1, r.stderr
     assert "arm 'broken': the engine exited with status 3 before it was healthy" in r.stderr
     assert "boom-on-stderr" in r.stderr
@@ -138,7 +211,11 @@ def test_failing_arms_are_recorded_and_the_others_go_on(tmp_path, tiny_scenario)
     assert "dying on purpose" in r.stderr
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
     assert {k: v["status"] for k, v in runs.items()} == {
-        "r00-tiny-good": "ok", "r00-tiny-broken": "failed", "r00-tiny-sleepy": "failed", "r00-tiny-dying": "failed"}
+        "r00-tiny-good": "ok",
+        "r00-tiny-broken": "failed",
+        "r00-tiny-sleepy": "failed",
+        "r00-tiny-dying": "failed",
+    }
     assert "boom-on-stderr" in runs["r00-tiny-broken"]["failure"]
     assert "| runs" in r.stdout and "1 failed" in r.stdout and "failed run: r00-tiny-broken" in r.stdout
 

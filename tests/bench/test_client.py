@@ -1,4 +1,5 @@
 """The streaming client against the synthetic server: token counting, packing, failures, stalls, cancel."""
+
 import asyncio
 
 from strata_bench.engines.result import StreamResult
@@ -11,7 +12,7 @@ from strata_bench.engines.probe import probe
 
 def test_sse_decoder_handles_split_and_joined_events_and_crlf():
     d = SSEDecoder()
-    assert d.feed(b"data: {\"a\"") == []
+    assert d.feed(b'data: {"a"') == []
     assert d.feed(b": 1}\n\ndata: [DONE]\n\n") == ['{"a": 1}', "[DONE]"]
     assert d.feed(b": comment\r\ndata: x\r\n\r\n") == ["x"]
 
@@ -107,7 +108,9 @@ def test_probe_and_events(synthetic):
     result = StreamResult(name="r", role="joiner", prompt_tokens=250)
     asyncio.run(stream_completion(url, {"prompt": list(range(250)), "max_tokens": 2}, result))
     events, nxt = fetch_events(url, start)
-    assert info.supports_token_ids and info.vocab_size == 321 and info.prompt_mode == "ids" and info.model == "synthetic"
+    assert (
+        info.supports_token_ids and info.vocab_size == 321 and info.prompt_mode == "ids" and info.model == "synthetic"
+    )
     assert start == 0 and [e["kind"] for e in events] == ["PIECE", "PIECE", "PIECE", "READ_DONE"] and nxt == 4
     assert [e["tokens"] for e in events[:3]] == [100, 100, 50]
 

@@ -2,6 +2,7 @@
 
 CPU, two stages, two groups, the embedded default model, two_joiners at a tiny scale.
 """
+
 import json
 
 import pytest
@@ -14,9 +15,26 @@ ENGINE = "strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chu
 @pytest.mark.slow
 def test_two_real_engine_arms_run_report_plot(tmp_path):
     out = tmp_path / "e2e"
-    r = bench("run", "--arm", f"release={ENGINE}", "--arm", f"pieces=env STRATA_PIPED_READ_PIECE=128 {ENGINE}",
-              "--scenarios", "two_joiners", "--scale", "0.015625", "--repeat", "1", "--out", str(out),
-              "--health-timeout", "300", "--run-timeout", "600", timeout=900)
+    r = bench(
+        "run",
+        "--arm",
+        f"release={ENGINE}",
+        "--arm",
+        f"pieces=env STRATA_PIPED_READ_PIECE=128 {ENGINE}",
+        "--scenarios",
+        "two_joiners",
+        "--scale",
+        "0.015625",
+        "--repeat",
+        "1",
+        "--out",
+        str(out),
+        "--health-timeout",
+        "300",
+        "--run-timeout",
+        "600",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
     assert set(runs) == {"r00-two_joiners-release", "r00-two_joiners-pieces"}

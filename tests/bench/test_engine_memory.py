@@ -1,6 +1,7 @@
 """The engine's peak RSS: the sampler sums VmRSS over a real process tree (a child that exits mid-sampling
 is fine), a launched arm's run records it and the report shows it, a running server's run says it was not
 sampled."""
+
 from __future__ import annotations
 
 import os
@@ -56,14 +57,32 @@ def test_the_sampler_sums_the_tree_and_keeps_its_peak_after_a_child_exits():
     assert gone["peak_rss_bytes"] is None and gone["rss_at_start_bytes"] is None and not tree_pids(proc.pid)
 
 
-SCENARIO = Scenario.from_dict({"name": "pair", "settle_s": 0.0, "system_tokens": 16, "requests": [
-    {"name": "agent", "count": 2, "role": "session", "prompt_tokens": 16, "prompt_tokens_max": 48, "turns": 2,
-     "tool_tokens": 8, "max_tokens": 4}]})
+SCENARIO = Scenario.from_dict(
+    {
+        "name": "pair",
+        "settle_s": 0.0,
+        "system_tokens": 16,
+        "requests": [
+            {
+                "name": "agent",
+                "count": 2,
+                "role": "session",
+                "prompt_tokens": 16,
+                "prompt_tokens_max": 48,
+                "turns": 2,
+                "tool_tokens": 8,
+                "max_tokens": 4,
+            }
+        ],
+    }
+)
 
 
 def test_a_launched_arm_records_its_peak_rss_and_a_running_server_is_not_sampled(tmp_path, synthetic):
-    arms = (Arm("launched", command=f"{sys.executable} -m strata_bench.synthetic --port {{port}} --itl-ms 2"),
-            Arm("running", url=synthetic("--itl-ms", "2")))
+    arms = (
+        Arm("launched", command=f"{sys.executable} -m strata_bench.synthetic --port {{port}} --itl-ms 2"),
+        Arm("running", url=synthetic("--itl-ms", "2")),
+    )
     config = BenchConfig(arms=arms, scenarios=(SCENARIO,))
     out = ResultsDir(tmp_path / "bench")
     meta = start_or_resume(config, out, ["test"], resume=False)

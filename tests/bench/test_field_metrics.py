@@ -1,4 +1,5 @@
 """Field metrics: exact on hand-made records, and on the synthetic server's known schedule within its jitter."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,19 @@ from strata_bench.load.workload import LengthSpec, Workload
 
 def record(sent, chunks, tokens_per_chunk=1, end_after=0.0, **extra):
     times = [t for t in chunks for _ in range(tokens_per_chunk)]
-    return {"name": "q", "sent_at": sent, "first_token_at": chunks[0], "ended_at": chunks[-1] + end_after,
-            "ended_by": "finished", "error": None, "token_times": times, "chunk_times": list(chunks),
-            "output_tokens": len(times), "input_tokens": 10, **extra}
+    return {
+        "name": "q",
+        "sent_at": sent,
+        "first_token_at": chunks[0],
+        "ended_at": chunks[-1] + end_after,
+        "ended_by": "finished",
+        "error": None,
+        "token_times": times,
+        "chunk_times": list(chunks),
+        "output_tokens": len(times),
+        "input_tokens": 10,
+        **extra,
+    }
 
 
 def test_definitions_on_known_times():
@@ -63,15 +74,28 @@ def test_goodput_counts_requests_meeting_every_slo():
 
 def test_every_reported_figure_has_a_one_line_definition():
     m = run_metrics([record(0.0, [1.0, 2.0])], SLO(latency_ms=10_000))
-    for key in ("ttft_ms", "tpot_ms", "itl_ms", "latency_ms", "duration_s", "request_throughput", "output_throughput",
-                "goodput", "output_tokens", "per_user_tps"):
+    for key in (
+        "ttft_ms",
+        "tpot_ms",
+        "itl_ms",
+        "latency_ms",
+        "duration_s",
+        "request_throughput",
+        "output_throughput",
+        "goodput",
+        "output_tokens",
+        "per_user_tps",
+    ):
         assert key in m and "\n" not in DEFINITIONS[key]
 
 
 def _drive(url, output_tokens, concurrency, requests, keepalive=False):
-    config = LoadConfig(arms=(Arm("s", url=url),), points=(LoadShape("closed", concurrency=concurrency, requests=requests),),
-                        workload=Workload(LengthSpec.parse("100"), LengthSpec.parse(str(output_tokens))),
-                        keepalive=keepalive)
+    config = LoadConfig(
+        arms=(Arm("s", url=url),),
+        points=(LoadShape("closed", concurrency=concurrency, requests=requests),),
+        workload=Workload(LengthSpec.parse("100"), LengthSpec.parse(str(output_tokens))),
+        keepalive=keepalive,
+    )
     return run_stamped(drive_load(url, config.points[0], config, "t"))
 
 

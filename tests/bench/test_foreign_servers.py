@@ -3,6 +3,7 @@
 A llama-cpp-python-like server (UUID request ids only, text prompts, `owned_by: me`), a server that ends
 streams early, an arm whose every request fails, and one arm measuring one running server.
 """
+
 import asyncio
 import json
 
@@ -20,8 +21,12 @@ LLAMA_CPP_PYTHON_LIKE = SYN + " --owned-by me --token-ids false --uuid-request-i
 def test_greedy_means_neutral_penalties_in_every_family():
     for fam in (STRATA, LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM, OPENAI):
         body = fam.request_body("x" if not fam.ids_in else [1, 2], 4)
-        assert body["temperature"] == 0 and body.get("presence_penalty", 0) == 0 and body.get("frequency_penalty", 0) == 0
-        assert body.get("top_p", 1) == 1 and body.get("repeat_penalty", 1) == 1 and body.get("repetition_penalty", 1) == 1
+        assert (
+            body["temperature"] == 0 and body.get("presence_penalty", 0) == 0 and body.get("frequency_penalty", 0) == 0
+        )
+        assert (
+            body.get("top_p", 1) == 1 and body.get("repeat_penalty", 1) == 1 and body.get("repetition_penalty", 1) == 1
+        )
     # llama-cpp-python applies repeat_penalty 1.1 unless told otherwise; llama.cpp also cuts top-k and min-p
     assert LLAMA_CPP_PYTHON.request_body("x", 4)["repeat_penalty"] == 1.0
     native = LLAMA_CPP.request_body([1, 2], 4, logprobs=2, cold=True)
@@ -40,11 +45,17 @@ def test_a_readable_id_is_what_llama_cpp_python_refuses(synthetic):
     url = synthetic("--owned-by", "me", "--token-ids", "false", "--uuid-request-ids", "true")
     info = probe(url)
     assert info.family_name == "llama-cpp-python" and info.prompt_mode == "text"
-    refused = asyncio.run(stream_completion(url, info.family.request_body("hi", 3), StreamResult("r"),
-                                            headers={"X-Request-Id": "r00-x-a-join"}))
+    refused = asyncio.run(
+        stream_completion(
+            url, info.family.request_body("hi", 3), StreamResult("r"), headers={"X-Request-Id": "r00-x-a-join"}
+        )
+    )
     assert refused.ended_by == "error" and "HTTP 400 from POST /v1/completions" in refused.error
-    accepted = asyncio.run(stream_completion(url, info.family.request_body("hi", 3), StreamResult("r"),
-                                             headers=info.family.headers("r00-x-a-join")))
+    accepted = asyncio.run(
+        stream_completion(
+            url, info.family.request_body("hi", 3), StreamResult("r"), headers=info.family.headers("r00-x-a-join")
+        )
+    )
     assert accepted.error is None and accepted.finish_reason == "length"
 
 
@@ -68,8 +79,19 @@ def test_a_stream_ended_early_without_finish_reason_is_an_error(synthetic, tmp_p
 
 def test_an_arm_whose_requests_all_fail_exits_1_with_no_statistics_or_wins(tmp_path, tiny_scenario):
     out = tmp_path / "broken"
-    r = bench("run", "--arm", f"good={SYN}", "--arm", f"bad={SYN} --fail-match tiny", "--scenarios",
-              str(tiny_scenario), "--repeat", "2", "--out", str(out))
+    r = bench(
+        "run",
+        "--arm",
+        f"good={SYN}",
+        "--arm",
+        f"bad={SYN} --fail-match tiny",
+        "--scenarios",
+        str(tiny_scenario),
+        "--repeat",
+        "2",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 1, r.stderr
     assert "**bad FAILED**" in r.stdout and "bad lower in" not in r.stdout and "bad higher in" not in r.stdout
     row = next(line for line in r.stdout.splitlines() if line.startswith("| longest pause of a stream"))

@@ -1,16 +1,22 @@
 """The lean HTTP/1.1 response decoder, fed by hand at awkward byte boundaries."""
+
 import asyncio
 
 import pytest
 
 from strata_bench.engines.http_stream import HTTPStreamError, ResponseStream, StampingEventLoop, run
 
-CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b"9\r\ndata: a\n\n\r\n" b"9\r\ndata: b\n\n\r\n" b"0\r\n\r\n")
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"9\r\ndata: a\n\n\r\n"
+    b"9\r\ndata: b\n\n\r\n"
+    b"0\r\n\r\n"
+)
 
 
 def feed(pieces, stop_on=None):
     """Feed the pieces into a ResponseStream; returns (stream, [(body, stamp)], outcome)."""
+
     async def go():
         got = []
 
@@ -29,12 +35,13 @@ def feed(pieces, stop_on=None):
         except Exception as exc:  # noqa: BLE001 - the outcome is what the test looks at
             outcome = exc
         return stream, got, outcome
+
     return asyncio.run(go())
 
 
 @pytest.mark.parametrize("cut", [1, 3, 7, 50, 64, 1000])
 def test_chunked_body_at_any_split(cut):
-    pieces = [CHUNKED[i:i + cut] for i in range(0, len(CHUNKED), cut)]
+    pieces = [CHUNKED[i : i + cut] for i in range(0, len(CHUNKED), cut)]
     stream, got, outcome = feed(pieces)
     assert outcome == "ok" and stream.status == 200
     assert b"".join(d for d, _ in got) == b"data: a\n\ndata: b\n\n"
@@ -70,6 +77,7 @@ def test_a_failing_callback_ends_the_request_not_the_loop():
         stream.data_received(CHUNKED)
         with pytest.raises(HTTPStreamError, match="ZeroDivisionError"):
             await stream.done
+
     asyncio.run(go())
 
 

@@ -3,6 +3,7 @@ are closed once settle_s has passed after the last joiner's first token and they
 length (`stream_tail_s`, when set, closes them at that time whatever their length). A run in which a
 stream ended before the join measured none of it: its status is `missed`, the report says so and leaves
 it out."""
+
 from __future__ import annotations
 
 import json
@@ -83,9 +84,15 @@ def test_streams_still_decode_their_scenario_length_when_the_join_is_over_first(
 
 def test_a_run_whose_streams_end_before_the_joiners_is_missed_and_left_out(tmp_path, synthetic):
     # A context of 120 tokens: the streams use up their 112 tokens of room long before the joiners are sent.
-    small = {**SCENARIO, "settle_s": 0.5, "requests": [
-        SCENARIO["requests"][0], {**SCENARIO["requests"][1], "prompt_tokens": 100},
-        {**SCENARIO["requests"][2], "prompt_tokens": 50}]}
+    small = {
+        **SCENARIO,
+        "settle_s": 0.5,
+        "requests": [
+            SCENARIO["requests"][0],
+            {**SCENARIO["requests"][1], "prompt_tokens": 100},
+            {**SCENARIO["requests"][2], "prompt_tokens": 50},
+        ],
+    }
     r, runs = _run(tmp_path, synthetic, "--itl-ms", "1", "--pack", "8", "--ctx", "120", scenario=small)
     assert [run["status"] for run in runs] == ["missed", "missed"], r.stdout + r.stderr
     assert all("ended before the last joiner's first token" in run["missed_join"] for run in runs)

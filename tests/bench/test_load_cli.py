@@ -1,4 +1,5 @@
 """`strata-bench load` / `load-report` as console scripts: bad input, an A/B sweep on synthetic arms, re-rendering."""
+
 import json
 
 import pytest
@@ -30,14 +31,41 @@ def test_load_bad_input_is_a_usage_error_naming_it(tmp_path):
 @pytest.mark.slow  # a sweep of six runs on subprocess servers: ~20 s
 def test_load_sweep_ab_on_synthetic_arms(tmp_path):
     out = tmp_path / "sweep"
-    r = bench("load", "--arm", f"fast={FAST}", "--arm", f"slow={SLOW}", "--concurrency", "1,2", "--requests", "4",
-              "--input-len", "uniform:20:40", "--output-len", "8", "--repeat", "2", "--keepalive",
-              "--slo-tpot-ms", "10", "--out", str(out))
+    r = bench(
+        "load",
+        "--arm",
+        f"fast={FAST}",
+        "--arm",
+        f"slow={SLOW}",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--input-len",
+        "uniform:20:40",
+        "--output-len",
+        "8",
+        "--repeat",
+        "2",
+        "--keepalive",
+        "--slo-tpot-ms",
+        "10",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "meta.json").read_text())
     # round-major, arms reversed every round: ABBA pairs at every sweep point
-    assert meta["plan"] == ["r00-c1-fast", "r00-c1-slow", "r00-c2-fast", "r00-c2-slow",
-                            "r01-c1-slow", "r01-c1-fast", "r01-c2-slow", "r01-c2-fast"]
+    assert meta["plan"] == [
+        "r00-c1-fast",
+        "r00-c1-slow",
+        "r00-c2-fast",
+        "r00-c2-slow",
+        "r01-c1-slow",
+        "r01-c1-fast",
+        "r01-c2-slow",
+        "r01-c2-fast",
+    ]
     run = json.loads((out / "runs" / "r00-c2-slow.json").read_text())
     assert run["status"] == "ok" and run["max_in_flight"] == 2 and run["connections_opened"] == 2
     assert [q["index"] for q in run["requests"]] == [0, 1, 2, 3]
@@ -46,9 +74,19 @@ def test_load_sweep_ab_on_synthetic_arms(tmp_path):
     # the same seed gives both arms and both rounds the same requests
     assert [q["prompt_sha256"] for q in fast["requests"]] == [q["prompt_sha256"] for q in run["requests"]]
     text = (out / "report.md").read_text()
-    for words in ("## Sweep", "TTFT p50 ms", "TPOT p50 ms", "ITL (pooled gaps) p99 ms", "goodput req/s",
-                  "## Percentiles: fast at c1", "## Paired by round against fast", "c2 TPOT p50 ms: slow lower in",
-                  "## Definitions", "- TPOT: (request latency - TTFT) / (output tokens - 1)", "connections: kept alive"):
+    for words in (
+        "## Sweep",
+        "TTFT p50 ms",
+        "TPOT p50 ms",
+        "ITL (pooled gaps) p99 ms",
+        "goodput req/s",
+        "## Percentiles: fast at c1",
+        "## Paired by round against fast",
+        "c2 TPOT p50 ms: slow lower in",
+        "## Definitions",
+        "- TPOT: (request latency - TTFT) / (output tokens - 1)",
+        "connections: kept alive",
+    ):
         assert words in text, words
     # the slow arm's TPOT (15 ms) misses the 10 ms SLO: its goodput row is 0, the fast arm's is not
     report = json.loads(bench("load-report", str(out), "--format", "json").stdout)
@@ -65,8 +103,23 @@ def test_load_sweep_ab_on_synthetic_arms(tmp_path):
 def test_open_loop_by_duration_on_a_url_arm(tmp_path, synthetic):
     url = synthetic("--itl-ms", "5", "--read-ms-per-token", "0.05", "--mode", "free")
     out = tmp_path / "open"
-    r = bench("load", "--arm", f"syn=@{url}", "--rate", "20", "--arrivals", "constant", "--duration", "0.5",
-              "--output-len", "4", "--input-len", "16", "--out", str(out))
+    r = bench(
+        "load",
+        "--arm",
+        f"syn=@{url}",
+        "--rate",
+        "20",
+        "--arrivals",
+        "constant",
+        "--duration",
+        "0.5",
+        "--output-len",
+        "4",
+        "--input-len",
+        "16",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     run = json.loads((out / "runs" / "r00-rate20-syn.json").read_text())
     assert run["issued"] == 10 and [q["scheduled_at"] for q in run["requests"]] == [i / 20 for i in range(10)]

@@ -1,4 +1,5 @@
 """Load generators: seeded arrivals, a closed loop never above its concurrency, count and duration stops."""
+
 from __future__ import annotations
 
 import asyncio
@@ -84,7 +85,9 @@ def test_closed_loop_stops_issuing_at_the_duration_and_waits_for_those_in_flight
 
 def test_closed_loop_count_and_duration_whichever_comes_first():
     server = FakeServer()
-    out = asyncio.run(run_load(LoadShape("closed", concurrency=1, requests=3, duration_s=100.0), server.send, server.clock))
+    out = asyncio.run(
+        run_load(LoadShape("closed", concurrency=1, requests=3, duration_s=100.0), server.send, server.clock)
+    )
     assert out["issued"] == 3
 
 

@@ -1,5 +1,6 @@
 """The `many_agents` scenario: dozens of agents of spread context lengths, new agents joining in two waves,
 the joins' summary rows and the hit rate, and one small run against the synthetic server with a cache."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,10 @@ def test_many_agents_spreads_contexts_from_8k_to_45k_and_scales_them():
     totals = [full.system_tokens + s.prompt_tokens for s in starters]
     assert totals[0] == 8192 and totals[-1] == 46080 and totals == sorted(totals) and len(set(totals)) == 24
     small = full.scaled(1 / 8)
-    assert (small.system_tokens + small.sessions[0].prompt_tokens, small.system_tokens + small.sessions[23].prompt_tokens) \
-        == (1024, 5760)
+    assert (
+        small.system_tokens + small.sessions[0].prompt_tokens,
+        small.system_tokens + small.sessions[23].prompt_tokens,
+    ) == (1024, 5760)
     assert Scenario.from_dict(small.to_dict()) == small
 
 
@@ -39,17 +42,30 @@ def test_prompt_tokens_max_spreads_a_count_evenly_and_is_checked():
 
 
 def _turn(session, turn, sent, times, cached=None, joined=False, prompt=100):
-    return {"name": f"{session}.t{turn}", "role": "session", "session": session, "turn": turn, "joined": joined,
-            "sent_at": sent, "first_token_at": times[0] if times else None, "token_times": times,
-            "ended_at": times[-1] if times else sent, "ended_by": "finished", "prompt_tokens": prompt,
-            "measured_prompt_tokens": prompt, "cached_prompt_tokens": cached}
+    return {
+        "name": f"{session}.t{turn}",
+        "role": "session",
+        "session": session,
+        "turn": turn,
+        "joined": joined,
+        "sent_at": sent,
+        "first_token_at": times[0] if times else None,
+        "token_times": times,
+        "ended_at": times[-1] if times else sent,
+        "ended_by": "finished",
+        "prompt_tokens": prompt,
+        "measured_prompt_tokens": prompt,
+        "cached_prompt_tokens": cached,
+    }
 
 
 def test_several_joins_give_their_median_ttft_and_the_longest_wait_of_the_working_agents():
     requests = [
-        _turn("a", 0, 0.0, [1.0], cached=0), _turn("a", 1, 1.5, [1.6, 1.7], cached=90),
+        _turn("a", 0, 0.0, [1.0], cached=0),
+        _turn("a", 1, 1.5, [1.6, 1.7], cached=90),
         # two agents join together at 2.0; n1's own cold read (2.0 to 5.0) is not a wait of the others
-        _turn("n0", 0, 2.0, [3.0], joined=True), _turn("n1", 0, 2.0, [5.0], joined=True),
+        _turn("n0", 0, 2.0, [3.0], joined=True),
+        _turn("n1", 0, 2.0, [5.0], joined=True),
         _turn("a", 2, 2.5, [4.0, 4.1], cached=100),  # a waits 1.5 s, during both joins
         _turn("n0", 1, 3.2, [4.5], joined=True, cached=100),  # n0, working again, waits 1.3 s during n1's join
     ]

@@ -1,13 +1,21 @@
 """Every metric on hand-made timelines (times in seconds since the run's start)."""
+
 import pytest
 
 from strata_bench.metrics import compute_metrics, metric_specs, pause_gaps, pauses_over, token_gaps
 
 
 def req(name, role, times, sent=0.0, ended=None, ended_by="finished", error=None):
-    return {"name": name, "role": role, "sent_at": sent, "token_times": list(times),
-            "first_token_at": times[0] if times else None, "ended_at": ended if ended is not None else (times[-1] if times else sent),
-            "ended_by": ended_by, "error": error}
+    return {
+        "name": name,
+        "role": role,
+        "sent_at": sent,
+        "token_times": list(times),
+        "first_token_at": times[0] if times else None,
+        "ended_at": ended if ended is not None else (times[-1] if times else sent),
+        "ended_by": ended_by,
+        "error": error,
+    }
 
 
 def run(*requests, time_scale=1.0, events=None):
@@ -119,7 +127,9 @@ def test_stream_without_tokens_is_left_out_and_nothing_crashes():
 
 
 def test_metric_rows_follow_the_scenario():
-    scenario = {"requests": [{"name": "s0", "role": "stream"}, {"name": "big", "role": "joiner", "label": "the 64K prompt"}]}
+    scenario = {
+        "requests": [{"name": "s0", "role": "stream"}, {"name": "big", "role": "joiner", "label": "the 64K prompt"}]
+    }
     keys = [s.key for s in metric_specs(scenario, has_events=True)]
     assert keys[:4] == ["longest_pause_s", "total_paused_s", "tokens_meanwhile", "ttft_s.big"]
     assert "pieces" in keys
@@ -146,8 +156,12 @@ def test_stream_figures_count_from_the_anchor():
 
 
 def test_events_of_the_streams_own_reads_are_not_counted():
-    events = [{"kind": "PIECE", "request_id": "r00-x-a-s0"}, {"kind": "PIECE", "request_id": "r00-x-a-j"},
-              {"kind": "LEADIN", "request_id": "r00-x-a-j"}, {"kind": "YIELDED", "request_id": None}]
+    events = [
+        {"kind": "PIECE", "request_id": "r00-x-a-s0"},
+        {"kind": "PIECE", "request_id": "r00-x-a-j"},
+        {"kind": "LEADIN", "request_id": "r00-x-a-j"},
+        {"kind": "YIELDED", "request_id": None},
+    ]
     r = {**run(req("s0", "stream", [0, 1]), req("j", "joiner", [1], sent=0.5), events=events), "id": "r00-x-a"}
     m = compute_metrics(r)
     assert (m["pieces"], m["lead_ins"], m["give_ways"]) == (1, 1, 1)

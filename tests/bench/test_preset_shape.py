@@ -3,6 +3,7 @@
 Spec PR 2050: the longest pause 12.2 -> 4.2 s (32K pieces) -> 2.6 s (16K), the joiners' TTFT longer with
 pieces, the token rate within run-to-run spread; the one-line question answered sooner with pieces.
 """
+
 import json
 
 import pytest
@@ -18,8 +19,20 @@ def metric(scenario, key, arm):
 @pytest.mark.slow
 def test_pr2050_preset_reproduces_the_spec_shape(tmp_path):
     out = tmp_path / "pr2050"
-    r = bench("preset", "pr2050", "--time-scale", "8", "--repeat", "1", "--out", str(out), "--no-report",
-              "--scenarios", "two_joiners,followup", timeout=900)
+    r = bench(
+        "preset",
+        "pr2050",
+        "--time-scale",
+        "8",
+        "--repeat",
+        "1",
+        "--out",
+        str(out),
+        "--no-report",
+        "--scenarios",
+        "two_joiners,followup",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(bench("report", str(out), "--format", "json").stdout)
     assert report["time_scale"] == 8 and report["tokens"]["equal"], report["tokens"]

@@ -36,8 +36,13 @@ def test_text_prompts_are_sized_in_the_servers_tokens():
 
 
 def _run(arm, rnd, ids, status="ok", name="s0"):
-    return {"arm": arm, "round": rnd, "scenario": "sc", "status": status,
-            "requests": [{"name": name, "token_ids": ids, "text": ""}]}
+    return {
+        "arm": arm,
+        "round": rnd,
+        "scenario": "sc",
+        "status": status,
+        "requests": [{"name": name, "token_ids": ids, "text": ""}],
+    }
 
 
 def test_check_tokens_names_the_first_difference():
@@ -45,7 +50,15 @@ def test_check_tokens_names_the_first_difference():
     check = check_tokens(runs, ["A", "B"])
     assert not check.equal and check.compared_requests == 2 and check.differing_requests == 1
     d = check.first_diff
-    assert (d.round, d.request, d.arm, d.baseline, d.index, d.arm_token, d.baseline_token) == (1, "s0", "B", "A", 2, 8, 7)
+    assert (d.round, d.request, d.arm, d.baseline, d.index, d.arm_token, d.baseline_token) == (
+        1,
+        "s0",
+        "B",
+        "A",
+        2,
+        8,
+        7,
+    )
     assert "round 1 sc request s0: B differs from A at token 2 (A=7, B=8)" in check.describe()
 
 
@@ -53,16 +66,32 @@ def test_check_tokens_equal_skips_failed_runs_and_falls_back_to_text():
     runs = [_run("A", 0, [1, 2]), _run("B", 0, [1, 2]), _run("B", 1, [9], status="failed"), _run("A", 1, [1])]
     check = check_tokens(runs, ["A", "B"])
     assert check.equal and check.compared_requests == 1 and check.compared_tokens == 2
-    text_runs = [{"arm": a, "round": 0, "scenario": "sc", "status": "ok",
-                  "requests": [{"name": "q", "token_ids": None, "text": t}]} for a, t in (("A", "hello"), ("B", "help"))]
+    text_runs = [
+        {
+            "arm": a,
+            "round": 0,
+            "scenario": "sc",
+            "status": "ok",
+            "requests": [{"name": "q", "token_ids": None, "text": t}],
+        }
+        for a, t in (("A", "hello"), ("B", "help"))
+    ]
     check = check_tokens(text_runs, ["A", "B"])
     assert check.without_ids == 1 and check.first_diff.index == 3
 
 
 def test_arms_with_prompts_of_different_forms_are_not_compared_but_said():
-    runs = [{**_run("A", 0, [1, 2, 3]), "prompt_mode": "ids"},
-            {"arm": "B", "round": 0, "scenario": "sc", "status": "ok", "prompt_mode": "text",
-             "requests": [{"name": "s0", "token_ids": None, "text": "the of and"}]}]
+    runs = [
+        {**_run("A", 0, [1, 2, 3]), "prompt_mode": "ids"},
+        {
+            "arm": "B",
+            "round": 0,
+            "scenario": "sc",
+            "status": "ok",
+            "prompt_mode": "text",
+            "requests": [{"name": "s0", "token_ids": None, "text": "the of and"}],
+        },
+    ]
     check = check_tokens(runs, ["A", "B"])
     assert check.equal and check.compared_requests == 0 and "DIFFER" not in check.describe()
     assert "A sent token ids, B text" in check.describe()

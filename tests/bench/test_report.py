@@ -1,4 +1,5 @@
 """report + tables on a hand-made bench directory: known runs in, known table out."""
+
 import json
 
 from strata_bench.report import build_report
@@ -6,29 +7,68 @@ from strata_bench.results import ResultsDir, write_json
 from strata_bench.scenarios import Scenario
 from strata_bench.tables import fmt_value, render
 
-SCENARIO = Scenario.from_dict({"name": "sc", "description": "one stream, one joiner", "settle_s": 0, "requests": [
-    {"name": "s0", "role": "stream", "prompt_tokens": 4, "max_tokens": 9},
-    {"name": "big", "role": "joiner", "label": "the big prompt", "prompt_tokens": 100, "max_tokens": 1}]})
+SCENARIO = Scenario.from_dict(
+    {
+        "name": "sc",
+        "description": "one stream, one joiner",
+        "settle_s": 0,
+        "requests": [
+            {"name": "s0", "role": "stream", "prompt_tokens": 4, "max_tokens": 9},
+            {"name": "big", "role": "joiner", "label": "the big prompt", "prompt_tokens": 100, "max_tokens": 1},
+        ],
+    }
+)
 
 
 def make_run(arm, rnd, pause, status="ok", ids=(1, 2, 3)):
     # stream tokens at 0, 0.1, then a pause, then one more; the joiner is sent at 0.05 and answered at 0.1 + pause
-    stream = {"name": "s0", "role": "stream", "sent_at": 0.0, "first_token_at": 0.0,
-              "token_times": [0.0, 0.1, 0.1 + pause], "ended_at": 0.1 + pause, "ended_by": "finished",
-              "token_ids": list(ids), "text": "", "error": None}
-    joiner = {"name": "big", "role": "joiner", "sent_at": 0.05, "first_token_at": 0.1 + pause,
-              "token_times": [0.1 + pause], "ended_at": 0.1 + pause, "ended_by": "finished", "token_ids": [9],
-              "text": "", "error": None}
-    return {"id": f"r{rnd:02d}-sc-{arm}", "round": rnd, "scenario": "sc", "arm": arm, "status": status,
-            "failure": "arm 'B': the engine exited with status 3" if status == "failed" else None,
-            "time_scale": 1.0, "engine_events": None, "requests": [] if status == "failed" else [stream, joiner]}
+    stream = {
+        "name": "s0",
+        "role": "stream",
+        "sent_at": 0.0,
+        "first_token_at": 0.0,
+        "token_times": [0.0, 0.1, 0.1 + pause],
+        "ended_at": 0.1 + pause,
+        "ended_by": "finished",
+        "token_ids": list(ids),
+        "text": "",
+        "error": None,
+    }
+    joiner = {
+        "name": "big",
+        "role": "joiner",
+        "sent_at": 0.05,
+        "first_token_at": 0.1 + pause,
+        "token_times": [0.1 + pause],
+        "ended_at": 0.1 + pause,
+        "ended_by": "finished",
+        "token_ids": [9],
+        "text": "",
+        "error": None,
+    }
+    return {
+        "id": f"r{rnd:02d}-sc-{arm}",
+        "round": rnd,
+        "scenario": "sc",
+        "arm": arm,
+        "status": status,
+        "failure": "arm 'B': the engine exited with status 3" if status == "failed" else None,
+        "time_scale": 1.0,
+        "engine_events": None,
+        "requests": [] if status == "failed" else [stream, joiner],
+    }
 
 
 def make_dir(tmp_path, runs, repeat=3):
     results = ResultsDir(tmp_path / "bench")
-    config = {"arms": [{"name": "A", "command": "a", "url": None}, {"name": "B", "command": "b", "url": None}],
-              "scenarios": [SCENARIO.to_dict()], "repeat": repeat, "scale": 1.0, "time_scale": 1.0,
-              "pause_threshold_s": 0.5}
+    config = {
+        "arms": [{"name": "A", "command": "a", "url": None}, {"name": "B", "command": "b", "url": None}],
+        "scenarios": [SCENARIO.to_dict()],
+        "repeat": repeat,
+        "scale": 1.0,
+        "time_scale": 1.0,
+        "pause_threshold_s": 0.5,
+    }
     results.write_meta({"nonce": "n", "config": config, "plan": [r["id"] for r in runs], "provenance": {}})
     for run in runs:
         write_json(results.run_path(run["id"]), run)
@@ -36,8 +76,14 @@ def make_dir(tmp_path, runs, repeat=3):
 
 
 def test_medians_spread_pairs_and_wins(tmp_path):
-    runs = [make_run("A", 0, 2.0), make_run("B", 0, 0.5), make_run("B", 1, 0.7), make_run("A", 1, 2.2),
-            make_run("A", 2, 2.1), make_run("B", 2, 0.6)]
+    runs = [
+        make_run("A", 0, 2.0),
+        make_run("B", 0, 0.5),
+        make_run("B", 1, 0.7),
+        make_run("A", 1, 2.2),
+        make_run("A", 2, 2.1),
+        make_run("B", 2, 0.6),
+    ]
     report = build_report(make_dir(tmp_path, runs))
     (sc,) = report["scenarios"]
     pause = next(m for m in sc["metrics"] if m["key"] == "longest_pause_s")
@@ -59,8 +105,14 @@ def test_medians_spread_pairs_and_wins(tmp_path):
 
 def test_an_arm_with_a_failed_run_or_request_errors_is_failed_with_no_statistics(tmp_path):
     for bad in ("failed", "errors"):
-        runs = [make_run("A", 0, 2.0), make_run("B", 0, 0.5), make_run("B", 1, 0.7), make_run("A", 1, 2.2),
-                make_run("A", 2, 2.1), make_run("B", 2, 9.0, status=bad)]
+        runs = [
+            make_run("A", 0, 2.0),
+            make_run("B", 0, 0.5),
+            make_run("B", 1, 0.7),
+            make_run("A", 1, 2.2),
+            make_run("A", 2, 2.1),
+            make_run("B", 2, 9.0, status=bad),
+        ]
         report = build_report(make_dir(tmp_path / bad, runs))
         (sc,) = report["scenarios"]
         pause = next(m for m in sc["metrics"] if m["key"] == "longest_pause_s")
@@ -70,8 +122,9 @@ def test_an_arm_with_a_failed_run_or_request_errors_is_failed_with_no_statistics
         row = next(line for line in md.splitlines() if line.startswith("| longest pause of a stream"))
         assert [c.strip() for c in row.split("|")[1:-1]][2] == "FAILED" and "**" not in row
         assert "**B FAILED**" in md and "B lower in" not in md
-    assert "2 ok, 1 failed" in render(build_report(make_dir(tmp_path / "failed", runs[:5] + [
-        make_run("B", 2, 9.0, status="failed")])), "md")
+    assert "2 ok, 1 failed" in render(
+        build_report(make_dir(tmp_path / "failed", runs[:5] + [make_run("B", 2, 9.0, status="failed")])), "md"
+    )
 
 
 def test_a_serialised_run_is_not_a_win(tmp_path):
@@ -87,8 +140,9 @@ def test_a_serialised_run_is_not_a_win(tmp_path):
 def test_threshold_and_baseline_change_the_report_not_the_data(tmp_path):
     runs = [make_run("A", 0, 0.6), make_run("B", 0, 0.4)]
     results = make_dir(tmp_path, runs, repeat=1)
-    paused = lambda rep, arm: next(m for m in rep["scenarios"][0]["metrics"]
-                                   if m["key"] == "total_paused_s")["summary"][arm]["median"]
+    paused = lambda rep, arm: next(m for m in rep["scenarios"][0]["metrics"] if m["key"] == "total_paused_s")[
+        "summary"
+    ][arm]["median"]
     assert paused(build_report(results), "A") == 0.6 and paused(build_report(results), "B") == 0.0
     assert paused(build_report(results, pause_threshold_s=0.3), "B") == 0.4
     rep = build_report(results, baseline="B")
@@ -98,7 +152,9 @@ def test_threshold_and_baseline_change_the_report_not_the_data(tmp_path):
 def test_differing_tokens_are_reported(tmp_path):
     runs = [make_run("A", 0, 1.0, ids=(1, 2, 3)), make_run("B", 0, 1.0, ids=(1, 5, 3))]
     md = render(build_report(make_dir(tmp_path, runs, repeat=1)), "md")
-    assert "Greedy tokens DIFFER in 1 of 2 request pairs; first: round 0 sc request s0: B differs from A at token 1" in md
+    assert (
+        "Greedy tokens DIFFER in 1 of 2 request pairs; first: round 0 sc request s0: B differs from A at token 1" in md
+    )
 
 
 def test_csv_and_json_carry_the_same_numbers(tmp_path):

@@ -24,8 +24,13 @@ def test_scale_multiplies_every_length_and_delay_but_joiners_decode():
     assert tj.streams[0].max_tokens == 20  # the streams' decode is sized against the reads
     assert [j.max_tokens for j in tj.joiners] == [8, 8]  # a joiner only needs its first tokens
     assert tj.scale == 0.01 and tj.settle_s == pytest.approx(0.01) and tj.stream_tail_s is None
-    tailed = Scenario.from_dict({"name": "t", "stream_tail_s": 2.0, "requests": [
-        {"name": "s", "role": "stream", "prompt_tokens": 10, "max_tokens": 10}]}).scaled(0.5)
+    tailed = Scenario.from_dict(
+        {
+            "name": "t",
+            "stream_tail_s": 2.0,
+            "requests": [{"name": "s", "role": "stream", "prompt_tokens": 10, "max_tokens": 10}],
+        }
+    ).scaled(0.5)
     assert tailed.stream_tail_s == 1.0 and tailed.scaled(2.0).scale == 1.0
     with pytest.raises(ScenarioError):
         load_scenario("two_joiners").scaled(0)
@@ -39,15 +44,44 @@ def test_round_trip_through_dict():
 @pytest.mark.parametrize(
     "data, words",
     [
-        ({"name": "x", "requests": [{"name": "a", "role": "stream", "prompt_tokens": 1, "max_tokens": 1, "colour": 1}]}, "colour"),
+        (
+            {
+                "name": "x",
+                "requests": [{"name": "a", "role": "stream", "prompt_tokens": 1, "max_tokens": 1, "colour": 1}],
+            },
+            "colour",
+        ),
         ({"name": "x", "requests": [{"name": "a", "role": "joiner", "prompt_tokens": 1}]}, "max_tokens"),
         ({"name": "x", "requests": [{"name": "a", "role": "reader", "prompt_tokens": 1, "max_tokens": 1}]}, "role"),
-        ({"name": "x", "requests": [{"name": "a", "role": "joiner", "prompt_tokens": 0, "max_tokens": 1}]}, "prompt_tokens"),
-        ({"name": "x", "requests": [{"name": "a", "role": "stream", "prompt_tokens": 1, "max_tokens": 1, "at_s": 2}]}, "at_s"),
-        ({"name": "x", "requests": [{"name": "a", "role": "joiner", "prompt_tokens": 1, "max_tokens": 1},
-                                     {"name": "a", "role": "joiner", "prompt_tokens": 1, "max_tokens": 1}]}, "unique"),
+        (
+            {"name": "x", "requests": [{"name": "a", "role": "joiner", "prompt_tokens": 0, "max_tokens": 1}]},
+            "prompt_tokens",
+        ),
+        (
+            {
+                "name": "x",
+                "requests": [{"name": "a", "role": "stream", "prompt_tokens": 1, "max_tokens": 1, "at_s": 2}],
+            },
+            "at_s",
+        ),
+        (
+            {
+                "name": "x",
+                "requests": [
+                    {"name": "a", "role": "joiner", "prompt_tokens": 1, "max_tokens": 1},
+                    {"name": "a", "role": "joiner", "prompt_tokens": 1, "max_tokens": 1},
+                ],
+            },
+            "unique",
+        ),
         ({"name": "x", "requests": []}, "at least one"),
-        ({"name": "x", "requests": [{"name": "s", "count": 0, "role": "stream", "prompt_tokens": 1, "max_tokens": 1}]}, "count"),
+        (
+            {
+                "name": "x",
+                "requests": [{"name": "s", "count": 0, "role": "stream", "prompt_tokens": 1, "max_tokens": 1}],
+            },
+            "count",
+        ),
         ({"requests": []}, "required"),
     ],
 )
@@ -69,8 +103,16 @@ def test_unknown_name_lists_what_exists(tmp_path):
 
 def test_a_scenario_file_by_path(tmp_path):
     path = tmp_path / "mine.json"
-    path.write_text(json.dumps({"name": "mine", "requests": [
-        {"name": "s", "count": 2, "role": "stream", "prompt_tokens": 4, "max_tokens": 9},
-        {"name": "j", "role": "joiner", "prompt_tokens": 100, "max_tokens": 2, "at_s": 0.5}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "requests": [
+                    {"name": "s", "count": 2, "role": "stream", "prompt_tokens": 4, "max_tokens": 9},
+                    {"name": "j", "role": "joiner", "prompt_tokens": 100, "max_tokens": 2, "at_s": 0.5},
+                ],
+            }
+        )
+    )
     (s,) = parse_scenario_list(str(path))
     assert [r.name for r in s.requests] == ["s0", "s1", "j"] and s.joiners[0].at_s == 0.5

@@ -1,4 +1,5 @@
 """The statistics on known inputs with known outputs."""
+
 import pytest
 
 from strata_bench.stats import bootstrap_median_ci, compare_paired, sign_test_p, summarize, wilcoxon_p

@@ -5,6 +5,7 @@ and, from its /tokenize agreeing with our tokenizer, the vocabulary (so prompts 
 prefix-cache hits are read from usage; a bench with a Strata arm and a vLLM arm must send both the same
 token ids and report their greedy tokens equal.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,20 @@ def test_vllm_is_probed_with_our_vocabulary_and_reports_prefix_cache_hits(vllm_s
 
 def test_bench_strata_and_vllm_compare_greedy_token_ids(vllm_server, tmp_path):
     out = tmp_path / "vs"
-    r = bench("run", "--arm", "strata=strata-engine serve --batch 6 --ctx 8192", "--arm", f"vllm=@{vllm_server}",
-              "--scenarios", "two_joiners", "--scale", "0.0625", "--out", str(out), timeout=900)
+    r = bench(
+        "run",
+        "--arm",
+        "strata=strata-engine serve --batch 6 --ctx 8192",
+        "--arm",
+        f"vllm=@{vllm_server}",
+        "--scenarios",
+        "two_joiners",
+        "--scale",
+        "0.0625",
+        "--out",
+        str(out),
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
     assert {k: v["status"] for k, v in runs.items()} == {"r00-two_joiners-strata": "ok", "r00-two_joiners-vllm": "ok"}

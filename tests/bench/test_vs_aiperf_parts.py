@@ -1,5 +1,6 @@
 """benchmarks/bench_vs_aiperf.py's own parts: the local byte-level tokenizer AIPerf counts with, the skip
 message without AIPerf, and the report naming the definition that differs."""
+
 import argparse
 import importlib.util
 import subprocess
@@ -32,8 +33,12 @@ def test_the_local_tokenizer_is_one_token_per_byte_like_strata(tmp_path):
 
 
 def test_without_aiperf_the_script_says_so_and_exits_0(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--aiperf", str(tmp_path / "no-aiperf"), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--aiperf", str(tmp_path / "no-aiperf"), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "AIPerf is not installed" in r.stdout and "comparison skipped" in r.stdout
     assert not (tmp_path / "o").exists()  # nothing started, nothing written

@@ -5,6 +5,7 @@ The fast tests keep the docs and their checks in step: every bash/sh command has
 file's commands in order in a scratch directory that links the repository's paths, so what they write
 (runs/, bench-out/, manifests) never lands in the checkout.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ LINKED = (".venv", "strata_engine", "strata_bench", "strata_verify", "tests", "b
 
 def test_every_documented_command_has_a_check():
     missing = [f"{c.where()}: {c.key}" for c in extract() if c.key not in CHECKS]
-    assert not missing, "commands in the docs with no entry in tests/docs/doc_commands.py CHECKS:\n" + "\n".join(missing)
+    assert not missing, "commands in the docs with no entry in tests/docs/doc_commands.py CHECKS:\n" + "\n".join(
+        missing
+    )
 
 
 def test_no_check_is_stale():
@@ -46,22 +49,31 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def environment() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "STRATA_ROOT": str(ROOT),
-            "KEY": "docs-test-key", "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "STRATA_ROOT": str(ROOT),
+        "KEY": "docs-test-key",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def run(text: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f"set -o pipefail\n{text}"], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", f"set -o pipefail\n{text}"], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def serve(text: str, check: Serve, cwd: Path, env: dict[str, str]) -> None:
     command = text if "--port" in text else f"{text} {check.extra}"
-    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
-        assert line.startswith("STRATA_READY url="), f"{command!r} printed {line!r}; stderr:\n{proc.stderr.read()[-3000:]}"
+        assert line.startswith("STRATA_READY url="), (
+            f"{command!r} printed {line!r}; stderr:\n{proc.stderr.read()[-3000:]}"
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, f"{command!r} did not exit 0 on SIGTERM"
     finally:
@@ -74,8 +86,14 @@ class SimServer:
     """A sim engine for the commands that talk to `$U`."""
 
     def __init__(self, cwd: Path, env: dict[str, str]):
-        self.proc = subprocess.Popen(["strata-engine", "serve", "--executor", "sim", "--time-scale", "50", "--port", "0"],
-                                     cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            ["strata-engine", "serve", "--executor", "sim", "--time-scale", "50", "--port", "0"],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.url = (self.proc.stdout.readline().split("url=", 1)[-1].split() or [""])[0]
 
     def stop(self) -> None:
@@ -93,7 +111,10 @@ def test_documented_commands_run(doc: Path, tmp_path: Path):
     server: SimServer | None = None
     ran, failures = [], []
     try:
-        first, commands = {}, extract()  # a command shown in two docs (a reference and its measurement page) runs with the first
+        first, commands = (
+            {},
+            extract(),
+        )  # a command shown in two docs (a reference and its measurement page) runs with the first
         for c in commands:
             first.setdefault(c.key, c.path)
         for command in (c for c in commands if c.path == doc and first[c.key] == doc):
@@ -115,8 +136,10 @@ def test_documented_commands_run(doc: Path, tmp_path: Path):
                 text = check.command(command.text)
                 result = run(text, cwd, env, check.timeout)
                 if result.returncode != check.exit_code:
-                    failures.append(f"{command.where()}: `{text}` exited {result.returncode} (expected {check.exit_code})\n"
-                                    f"stdout: {result.stdout[-1500:]}\nstderr: {result.stderr[-1500:]}")
+                    failures.append(
+                        f"{command.where()}: `{text}` exited {result.returncode} (expected {check.exit_code})\n"
+                        f"stdout: {result.stdout[-1500:]}\nstderr: {result.stderr[-1500:]}"
+                    )
             ran.append(f"{time.monotonic() - started:6.1f} s  {command.where()}")
     finally:
         if server is not None:

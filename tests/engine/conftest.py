@@ -1,4 +1,5 @@
 """Fixtures for the model tests: one tiny random HF checkpoint per architecture, built once per session."""
+
 from __future__ import annotations
 
 import pytest

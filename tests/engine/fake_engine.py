@@ -7,6 +7,7 @@ logprobs, cancellation, and ADMIT/FINISH/BSTOP events. Prompts that contain `__c
 `submit` raise; prompts that contain `__boom__` finish with finish_reason "error"; prompts that
 contain `__eos__` sample EOS after three tokens.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -116,15 +117,28 @@ class FakeEngine:
         self.shutdown()
 
     def info(self) -> dict:
-        return {"model": self.model_name, "executor": "fake", "batch": self.batch, "batch_groups": 1,
-                "num_stages": 1, "prefill_chunk": 64, "ctx": self.ctx, "piped_read_piece": 0,
-                "vocab_size": self.tokenizer.vocab_size, "eos_token_id": EOS}
+        return {
+            "model": self.model_name,
+            "executor": "fake",
+            "batch": self.batch,
+            "batch_groups": 1,
+            "num_stages": 1,
+            "prefill_chunk": 64,
+            "ctx": self.ctx,
+            "piped_read_piece": 0,
+            "vocab_size": self.tokenizer.vocab_size,
+            "eos_token_id": EOS,
+        }
 
     def stats(self) -> dict:
         with self._lock:
             busy = sum(j is not None for j in self._slots)
-            return {"slots_total": self.batch, "slots_busy": busy, "queue_len": len(self._waiting),
-                    "requests_running": busy}
+            return {
+                "slots_total": self.batch,
+                "slots_busy": busy,
+                "queue_len": len(self._waiting),
+                "requests_running": busy,
+            }
 
     # requests --------------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams, request_id: str | None = None, on_output=None) -> FakeHandle:
@@ -170,8 +184,11 @@ class FakeEngine:
                     if job is None and self._waiting:
                         job = self._waiting.popleft()
                         self._slots[slot] = job
-                        self.events.emit(EngineEvent("ADMIT", time.monotonic(), slot, job.request_id,
-                                                     {"prompt_tokens": len(job.prompt_ids)}))
+                        self.events.emit(
+                            EngineEvent(
+                                "ADMIT", time.monotonic(), slot, job.request_id, {"prompt_tokens": len(job.prompt_ids)}
+                            )
+                        )
                 live = [(s, j) for s, j in enumerate(self._slots) if j is not None]
             time.sleep(self.step_s)
             for slot, job in live:
@@ -216,12 +233,21 @@ class FakeEngine:
         stop_at = min((i for s in p.stop if (i := text.find(s)) >= 0), default=None)
         if stop_at is not None:
             text = text[:stop_at]
-        reason = "stop" if stop_at is not None else finish_reason(
-            token, tokens_generated=len(job.out) + 1, prompt_tokens=len(job.prompt_ids), max_tokens=p.max_tokens, ctx=self.ctx,
-            eos_token_id=None)
+        reason = (
+            "stop"
+            if stop_at is not None
+            else finish_reason(
+                token,
+                tokens_generated=len(job.out) + 1,
+                prompt_tokens=len(job.prompt_ids),
+                max_tokens=p.max_tokens,
+                ctx=self.ctx,
+                eos_token_id=None,
+            )
+        )
         hold = 0 if reason else max((len(s) - 1 for s in p.stop), default=0)  # a stop string may be starting
         upto = max(job.emitted, len(text) - hold)
-        delta = text[job.emitted:upto]
+        delta = text[job.emitted : upto]
         job.emitted = upto
         out = TokenOutput(len(job.out), token, delta, logprob, top, time.monotonic(), reason)
         job.out.append(out)
@@ -235,11 +261,18 @@ class FakeEngine:
         for s in job.params.stop:
             if s in text:
                 text = text[: text.index(s)]
-        job.completion = Completion(job.request_id, job.prompt_ids, ids, text,
-                                    list(job.out) if job.params.logprobs is not None else None, reason,
-                                    "fake failure" if reason == "error" else None)
-        self.events.emit(EngineEvent("FINISH", time.monotonic(), slot, job.request_id,
-                                     {"reason": reason, "tokens": len(ids)}))
+        job.completion = Completion(
+            job.request_id,
+            job.prompt_ids,
+            ids,
+            text,
+            list(job.out) if job.params.logprobs is not None else None,
+            reason,
+            "fake failure" if reason == "error" else None,
+        )
+        self.events.emit(
+            EngineEvent("FINISH", time.monotonic(), slot, job.request_id, {"reason": reason, "tokens": len(ids)})
+        )
         job.done.set()
         if job.on_output:
-            job.on_output(Finished(job.completion, text[job.emitted:]))
+            job.on_output(Finished(job.completion, text[job.emitted :]))

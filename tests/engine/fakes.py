@@ -5,6 +5,7 @@ The fake clock only moves when the simulated executor sleeps (or a test advances
 timers (`at(t, fn)`) at their exact time inside a sleep, so a request can arrive mid-piece. A whole
 spec-sized scenario runs in model time: deterministic, in milliseconds of wall time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,14 @@ from strata_engine.executors.sim.profile import CostProfile
 # A two-stage profile with round numbers: a 512-token chunk is 51.2 ms per stage, a run costs 100 ms
 # fixed, a decode micro-batch ~5 ms per stage.
 TEST_PROFILE = CostProfile(
-    name="test", num_stages=2, read_run_ms=100.0, read_token_ms=0.1, read_token_kctx_ms=0.0,
-    decode_step_ms=4.0, decode_seq_ms=0.5, decode_seq_kctx_ms=0.0,
+    name="test",
+    num_stages=2,
+    read_run_ms=100.0,
+    read_token_ms=0.1,
+    read_token_kctx_ms=0.0,
+    decode_step_ms=4.0,
+    decode_seq_ms=0.5,
+    decode_seq_kctx_ms=0.0,
 )
 
 
@@ -75,6 +82,7 @@ class RecordingExecutor(NoPrefixCache):
         def ask() -> bool:
             self.asked += 1
             return should_stop()
+
         return ask
 
     def prepare_slot(self, slot: int) -> None:
@@ -90,17 +98,24 @@ class RecordingExecutor(NoPrefixCache):
         self.budgets.append(budget_ms)
         if request.request_id in self.fail_read:
             raise RuntimeError(f"read failure for {request.request_id}")
-        return self._keep(self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms))
+        return self._keep(
+            self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms)
+        )
 
     def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None):
         self.calls.append(("decode", tuple(len(g) for g in groups), budget_ms))
-        return self._keep(self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop))
+        return self._keep(
+            self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop)
+        )
 
     def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None):
         self.calls.append(("mixed", request.request_id, tuple(chunks)))
         self.gaps.append(max_gap_ms)
-        return self._keep(self.inner.mixed(request, chunks, groups, on_token, should_stop=self._asking(should_stop),
-                                           max_gap_ms=max_gap_ms))
+        return self._keep(
+            self.inner.mixed(
+                request, chunks, groups, on_token, should_stop=self._asking(should_stop), max_gap_ms=max_gap_ms
+            )
+        )
 
     def _keep(self, result: Any) -> Any:
         self.results[len(self.calls) - 1] = result
@@ -176,12 +191,14 @@ def streams(h: Harness, count: int = 4, max_tokens: int = 1_000_000) -> list[str
 
 def stop_streams_after(h: Harness, names: list[str], joiner: str, tail_s: float = 1.0) -> None:
     """Cancel the streams once `joiner` has its first token (checked between steps)."""
+
     def check() -> None:
         if h.sink.tokens.get(joiner):
             for name in names:
                 h.scheduler.cancel(name)
         else:
             h.clock.at(h.clock.now + tail_s, check)
+
     h.clock.at(tail_s, check)
 
 

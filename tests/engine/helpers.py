@@ -1,4 +1,5 @@
 """Shared test helpers for the model tests: tiny HF checkpoints and a greedy loop over our forward."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,18 @@ from strata_engine.model.kv_cache import KVCache
 from strata_engine.model.transformer import Transformer
 
 ARCHITECTURES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe")
-COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+COMMON = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
 # Random init with initializer_range 0.02 gives near-uniform logits (ties decide greedy tokens); a larger
 # range makes each step's top-1 stand clear of the rest, as in a trained model.
 INIT_RANGE = 0.25
@@ -26,11 +37,24 @@ def hf_config(arch: str):
     if arch == "mixtral":
         return MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, initializer_range=INIT_RANGE)
     if arch == "qwen2_moe":
-        return Qwen2MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
-                              shared_expert_intermediate_size=40, initializer_range=INIT_RANGE)
+        return Qwen2MoeConfig(
+            **COMMON,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            shared_expert_intermediate_size=40,
+            initializer_range=INIT_RANGE,
+        )
     if arch == "qwen3_moe":
-        return Qwen3MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, head_dim=16,
-                              norm_topk_prob=True, initializer_range=INIT_RANGE)
+        return Qwen3MoeConfig(
+            **COMMON,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            head_dim=16,
+            norm_topk_prob=True,
+            initializer_range=INIT_RANGE,
+        )
     raise ValueError(arch)
 
 
@@ -46,8 +70,15 @@ def save_hf_checkpoint(arch: str, directory: Path, seed: int = 0, **save_kwargs)
     return model
 
 
-def greedy(model: Transformer, prompt: Sequence[int], new_tokens: int, chunk: int, slot: int = 0, num_slots: int = 1,
-           ctx: int | None = None) -> list[int]:
+def greedy(
+    model: Transformer,
+    prompt: Sequence[int],
+    new_tokens: int,
+    chunk: int,
+    slot: int = 0,
+    num_slots: int = 1,
+    ctx: int | None = None,
+) -> list[int]:
     """Read the prompt in chunks of `chunk` tokens into `slot`, then decode `new_tokens` greedy tokens."""
     ctx = ctx or len(prompt) + new_tokens
     kv = KVCache(model.config, num_slots, ctx, torch.float32, "cpu")

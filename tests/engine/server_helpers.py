@@ -1,4 +1,5 @@
 """Helpers shared by the server tests: serve an engine on uvicorn, wait for a condition, read one metric."""
+
 from __future__ import annotations
 
 import time

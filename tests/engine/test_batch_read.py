@@ -1,5 +1,6 @@
 """The piecewise read's pure functions (spec: rounding, the 32-chunk cap, chunk 0, cap and floor, lead-in)
 and the env variables behind them (bad values give the default and one warning)."""
+
 from __future__ import annotations
 
 import warnings
@@ -137,7 +138,9 @@ def test_bad_env_value_raises_naming_the_variable_and_value(name, raw, why):
 
 
 def test_decode_max_below_min_raises_naming_both():
-    with pytest.raises(ValueError, match=r"STRATA_PIPED_DECODE_MAX_MS \(100.0\) is below STRATA_PIPED_DECODE_MIN_MS \(500.0\)"):
+    with pytest.raises(
+        ValueError, match=r"STRATA_PIPED_DECODE_MAX_MS \(100.0\) is below STRATA_PIPED_DECODE_MIN_MS \(500.0\)"
+    ):
         SchedulerConfig().with_env({"STRATA_PIPED_DECODE_MIN_MS": "500", "STRATA_PIPED_DECODE_MAX_MS": "100"})
 
 
@@ -160,5 +163,3 @@ def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
         SchedulerConfig().with_env({"STRATA_ROW_TILE": "0"})
     with pytest.raises(ValueError, match="STRATA_DECODE_ALL_THREADS='2' is not one of 0, 1"):
         SchedulerConfig().with_env({"STRATA_DECODE_ALL_THREADS": "2"})
-
-

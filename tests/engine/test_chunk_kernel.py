@@ -4,6 +4,7 @@ The op is built once per machine (g++ and ninja; torch's extension cache keeps i
 this file pays ~30 s; where it cannot be built the tests skip, saying why, and prompt chunks take the flash
 paths.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -50,8 +51,12 @@ def test_native_equals_the_flash_paths(native, window, tokens, start):
 @pytest.mark.parametrize("heads,kv_heads,dim", [(4, 4, 64), (8, 2, 128), (6, 3, 32)])
 def test_other_head_counts_and_widths(native, heads, kv_heads, dim):
     q, keys, values, positions = _row(70, 300, heads, kv_heads, dim, seed=dim)
-    torch.testing.assert_close(attend_row(q, keys, values, positions, True, 64),
-                               aten_row(q, keys, values, positions, True, 64), rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(
+        attend_row(q, keys, values, positions, True, 64),
+        aten_row(q, keys, values, positions, True, 64),
+        rtol=1e-5,
+        atol=2e-6,
+    )
 
 
 def test_a_querys_result_does_not_depend_on_the_other_queries(native):
@@ -69,7 +74,9 @@ def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
     monkeypatch.setenv(chunk_kernel.ENV, "0")
     assert chunk_kernel.native_chunk_attention() is None
     q, keys, values, positions = _row(16, 100, 8, 4, 32, seed=5)
-    assert torch.equal(attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024))
+    assert torch.equal(
+        attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024)
+    )
     monkeypatch.setenv(chunk_kernel.ENV, "yes")
     with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL='yes' is not one of 0, 1, auto"):
         chunk_kernel.native_chunk_attention()

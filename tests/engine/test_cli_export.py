@@ -1,5 +1,6 @@
 """`strata-engine export --gguf`: the real console script writes a GGUF file llama.cpp can read, says what
 llama.cpp will not honour (the sliding window), and names a missing dependency or an unsupported model."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,10 @@ import sys
 import pytest
 
 EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
-pytestmark = [pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed"),
-              pytest.mark.slow]  # the CLI in a subprocess writing whole GGUF files
+pytestmark = [
+    pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed"),
+    pytest.mark.slow,
+]  # the CLI in a subprocess writing whole GGUF files
 
 
 def export(*args: str) -> subprocess.CompletedProcess:

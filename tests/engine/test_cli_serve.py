@@ -1,6 +1,7 @@
 """The real console script in a subprocess: `strata-engine serve --port 0` prints one STRATA_READY line,
 serves, and on SIGTERM/SIGINT ends in-flight streams cleanly, exits 0 and releases the port;
 `strata-engine generate` streams to stdout; --help documents the flags and STRATA_* variables."""
+
 from __future__ import annotations
 
 import json
@@ -20,16 +21,23 @@ pytest.importorskip("strata_engine.engine", reason="strata_engine.engine does no
 
 EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shutil.which("strata-engine")
 SIM = ["--executor", "sim", "--time-scale", "50", "--no-log-events", "--ctx", "8192"]
-pytestmark = [pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed"),
-              pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed"),
+    pytest.mark.slow,
+]
 
 
 class Server:
     """`strata-engine serve` in a subprocess; `url` from its STRATA_READY line."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        self.proc = subprocess.Popen([EXE, "serve", "--port", "0", *SIM, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            [EXE, "serve", "--port", "0", *SIM, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -97,10 +105,14 @@ def test_signal_ends_streams_cleanly_exits_0_and_releases_the_port(sig):
         long_started, short_started = threading.Event(), threading.Event()
         body = {"temperature": 0, "ignore_eos": True, "return_token_ids": True}
         readers = [
-            threading.Thread(target=read_stream, args=(server.url, {**body, "prompt": "long", "max_tokens": 8000},
-                                                       long_out, long_started)),
-            threading.Thread(target=read_stream, args=(server.url, {**body, "prompt": "short", "max_tokens": 60},
-                                                       short_out, short_started)),
+            threading.Thread(
+                target=read_stream,
+                args=(server.url, {**body, "prompt": "long", "max_tokens": 8000}, long_out, long_started),
+            ),
+            threading.Thread(
+                target=read_stream,
+                args=(server.url, {**body, "prompt": "short", "max_tokens": 60}, short_out, short_started),
+            ),
         ]
         follow_out: dict = {}
 
@@ -135,8 +147,11 @@ def test_serve_answers_and_honours_the_api_key_from_the_environment():
     with Server(env={"STRATA_API_KEY": "k-123"}) as server:
         assert httpx.get(server.url + "/health").status_code == 200
         assert httpx.get(server.url + "/v1/models").status_code == 401
-        r = httpx.post(server.url + "/v1/completions", headers={"Authorization": "Bearer k-123"},
-                       json={"prompt": "hi", "max_tokens": 4, "temperature": 0, "ignore_eos": True})
+        r = httpx.post(
+            server.url + "/v1/completions",
+            headers={"Authorization": "Bearer k-123"},
+            json={"prompt": "hi", "max_tokens": 4, "temperature": 0, "ignore_eos": True},
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
         info = httpx.get(server.url + "/v1/engine", headers={"Authorization": "Bearer k-123"}).json()
         assert info["executor"] == "sim" and info["ctx"] == 8192
@@ -158,12 +173,15 @@ def test_serve_refuses_a_public_host_without_an_api_key_and_a_taken_port():
     assert r.returncode == 1 and f"127.0.0.1:{port}" in r.stderr and "STRATA_READY" not in r.stdout
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--batch-groups", "zero"], "integer or 'auto'"),
-    (["--batch", "0"], "--batch"),
-    (["--split", "2", "--devices", "a,b,c"], "two entries"),
-    (["--executor", "tpu"], "--executor"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--batch-groups", "zero"], "integer or 'auto'"),
+        (["--batch", "0"], "--batch"),
+        (["--split", "2", "--devices", "a,b,c"], "two entries"),
+        (["--executor", "tpu"], "--executor"),
+    ],
+)
 def test_bad_engine_flags_are_usage_errors(args, words):
     r = run_cli("serve", "--port", "0", *args)
     assert r.returncode == 2 and words in r.stderr, r.stderr
@@ -179,9 +197,27 @@ def test_help_explains_every_flag_and_the_environment_variables():
     from strata_engine.config import ENV_VARS
 
     text = run_cli("serve", "--help").stdout
-    for flag in ("--model", "--batch", "--batch-groups", "--split", "--devices", "--prefill-chunk", "--ctx",
-                 "--executor", "--sim-profile", "--time-scale", "--device", "--dtype", "--seed", "--threads",
-                 "--host", "--port", "--api-key", "--drain-timeout", "--max-body-bytes"):
+    for flag in (
+        "--model",
+        "--batch",
+        "--batch-groups",
+        "--split",
+        "--devices",
+        "--prefill-chunk",
+        "--ctx",
+        "--executor",
+        "--sim-profile",
+        "--time-scale",
+        "--device",
+        "--dtype",
+        "--seed",
+        "--threads",
+        "--host",
+        "--port",
+        "--api-key",
+        "--drain-timeout",
+        "--max-body-bytes",
+    ):
         assert flag in text, flag
     for name in ENV_VARS:
         assert name in text, name
@@ -196,8 +232,11 @@ def test_generate_streams_the_python_apis_greedy_output():
     with engine:
         want = engine.generate(["tell me"], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))[0]
     ids = ",".join(map(str, want.token_ids))
-    r = subprocess.run([EXE, "generate", "tell me", "--max-tokens", "10", "--ignore-eos", "--show-ids", *SIM],
-                       capture_output=True, timeout=60)  # bytes: the sim's text may hold \r, no newline translation
+    r = subprocess.run(
+        [EXE, "generate", "tell me", "--max-tokens", "10", "--ignore-eos", "--show-ids", *SIM],
+        capture_output=True,
+        timeout=60,
+    )  # bytes: the sim's text may hold \r, no newline translation
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == want.text + "\n" + ids + "\n"
     assert b"10 tokens" in r.stderr and b"finish_reason=length" in r.stderr

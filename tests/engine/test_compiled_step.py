@@ -3,6 +3,7 @@ transformers' (dense, MoE, a shared expert, a sliding window, the shipped model)
 bitwise the same alone and beside other rows, every other part left to the eager forward, the context
 limit still enforced, the engine's --compile on thread stages and on stage ranks, and the thread pipeline's
 whole decode (every layer in one compiled call) bitwise equal to the stage-by-stage step."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,7 +32,9 @@ def decode(model, prompts, steps: int, compiled: bool, ctx: int = 64, tile: int 
     apply_row_tile(model, tile)
     layers = range(model.config.num_layers)
     kv = KVCache(model.config, num_slots=len(prompts), ctx=ctx)
-    step = CompiledDecode(model, layers, kv, True, True, tile, len(prompts), threads=1, gemms=gemms) if compiled else None
+    step = (
+        CompiledDecode(model, layers, kv, True, True, tile, len(prompts), threads=1, gemms=gemms) if compiled else None
+    )
     out: list[list[int]] = [[] for _ in prompts]
     with torch.inference_mode():
         for slot, ids in enumerate(prompts):
@@ -56,9 +59,14 @@ def test_compiled_tokens_equal_eager_and_transformers(arch, hf_checkpoint):
     assert compiled == eager
     for slot, ids in enumerate(PROMPTS):
         with torch.inference_mode():
-            oracle = hf.generate(torch.tensor([ids]), max_new_tokens=13, do_sample=False)[0, len(ids):].tolist()
-        assert_tokens_equal(expected=oracle, actual=compiled[slot], label=f"{arch} row {slot}: compiled step vs transformers",
-                            expected_name="transformers", actual_name="compiled")
+            oracle = hf.generate(torch.tensor([ids]), max_new_tokens=13, do_sample=False)[0, len(ids) :].tolist()
+        assert_tokens_equal(
+            expected=oracle,
+            actual=compiled[slot],
+            label=f"{arch} row {slot}: compiled step vs transformers",
+            expected_name="transformers",
+            actual_name="compiled",
+        )
 
 
 def test_compiled_step_keeps_the_sliding_window(tmp_path):
@@ -67,9 +75,14 @@ def test_compiled_step_keeps_the_sliding_window(tmp_path):
     prompt = [(7 * i + 3) % 90 for i in range(20)]  # longer than the window of 8: decode slices the last keys
     compiled, _ = decode(model, [prompt], 16, compiled=True)
     with torch.inference_mode():
-        oracle = hf.generate(torch.tensor([prompt]), max_new_tokens=17, do_sample=False)[0, len(prompt):].tolist()
-    assert_tokens_equal(expected=oracle, actual=compiled[0], label="compiled step, window 8", expected_name="transformers",
-                        actual_name="compiled")
+        oracle = hf.generate(torch.tensor([prompt]), max_new_tokens=17, do_sample=False)[0, len(prompt) :].tolist()
+    assert_tokens_equal(
+        expected=oracle,
+        actual=compiled[0],
+        label="compiled step, window 8",
+        expected_name="transformers",
+        actual_name="compiled",
+    )
     assert compiled[0] == greedy(model, prompt, 17, chunk=len(prompt))
 
 
@@ -97,7 +110,14 @@ def test_template_gemms_give_the_eager_tokens():
     micro-batch (measured: the same row first or sixth of six differs in the last bits), so the engine claims
     no batch invariance with them (backends.build_torch)."""
     model = load_model("strata-tiny-moe")[0]
-    prompts = [list(b"x = 1\n"), list(b"while True:"), list(b"#"), list(b"import os"), list(b"def f("), list(b"for i in range(")]
+    prompts = [
+        list(b"x = 1\n"),
+        list(b"while True:"),
+        list(b"#"),
+        list(b"import os"),
+        list(b"def f("),
+        list(b"for i in range("),
+    ]
     compiled, _ = decode(model, prompts, 12, compiled=True, tile=4, gemms="template")
     eager, _ = decode(model, prompts, 12, compiled=False, tile=4)
     assert compiled == eager
@@ -154,8 +174,15 @@ def test_the_whole_decode_gives_the_stage_by_stage_bits():
     """Into an empty thread pipeline, decode rows run every layer in one compiled call on the first stage's
     thread; a micro-batch sent behind another, or a prompt chunk, goes stage by stage. Same rows, same bits."""
     model, config = load_model("strata-tiny-moe")
-    pipeline = Pipeline(model, plan_stages(config.num_layers, None, ["cpu", "cpu"], "cpu"), 4, 64, torch.float32,
-                        threads=1, compile=True)
+    pipeline = Pipeline(
+        model,
+        plan_stages(config.num_layers, None, ["cpu", "cpu"], "cpu"),
+        4,
+        64,
+        torch.float32,
+        threads=1,
+        compile=True,
+    )
     try:
         assert pipeline.batch_invariant
         with torch.inference_mode():

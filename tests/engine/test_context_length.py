@@ -1,5 +1,6 @@
 """The slot context: derived from the model and the memory when not given; an explicit one past the
 model's positions is refused with the flag that allows it."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,7 +27,9 @@ def test_a_short_model_gets_its_own_length_not_a_fixed_default():
 
 
 def test_explicit_ctx_past_the_model_is_refused_naming_the_flag_and_allowed_with_it():
-    with pytest.raises(ValueError, match=f"--ctx 9000 exceeds the model's max_position_embeddings \\(8192\\).*{ALLOW_FLAG}"):
+    with pytest.raises(
+        ValueError, match=f"--ctx 9000 exceeds the model's max_position_embeddings \\(8192\\).*{ALLOW_FLAG}"
+    ):
         choose_ctx(9000, 8192, batch=1, per_token=1024, memory=8 * GIB)
     assert choose_ctx(9000, 8192, batch=1, per_token=1024, memory=8 * GIB, allow_beyond_model=True).ctx == 9000
     assert choose_ctx(512, 8192, batch=1, per_token=1024, memory=8 * GIB).ctx == 512

@@ -3,6 +3,7 @@
 The op is built once per machine (g++ and ninja; torch's extension cache keeps it), so the first run of
 this file pays ~30 s; where it cannot be built the tests skip, saying why, and the engine uses the ATen op.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -52,7 +53,9 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it(native):
     q, k, v, (kc, vc), slots, at = _case(4, 8, [5, 300, 1100, 2000], seed=1)
     together = native(q, k, v, kc.clone(), vc.clone(), slots, at, 1024)
     for i in range(4):
-        alone = native(q[i : i + 1], k[i : i + 1], v[i : i + 1], kc.clone(), vc.clone(), slots[i : i + 1], at[i : i + 1], 1024)
+        alone = native(
+            q[i : i + 1], k[i : i + 1], v[i : i + 1], kc.clone(), vc.clone(), slots[i : i + 1], at[i : i + 1], 1024
+        )
         assert torch.equal(alone[0], together[i])
 
 

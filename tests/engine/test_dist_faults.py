@@ -1,5 +1,6 @@
 """Faults of the distributed stages: a rank killed in the middle of a read, a rank that stops answering,
 /health while a rank is down, the restart, and shutdown (or a killed head) leaving no process behind."""
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,9 @@ def solo():
 
 
 def dist_engine(**config) -> Engine:
-    return Engine.from_pretrained(batch=2, split=2, prefill_chunk=CHUNK, threads=1, log_events=False,
-                                  stage_workers="dist", **config)
+    return Engine.from_pretrained(
+        batch=2, split=2, prefill_chunk=CHUNK, threads=1, log_events=False, stage_workers="dist", **config
+    )
 
 
 @pytest.mark.slow
@@ -156,8 +158,25 @@ def children(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
     exe = str(os.path.join(os.path.dirname(sys.executable), "strata-engine"))
-    server = subprocess.Popen([exe, "serve", "--port", "0", "--split", "2", "--batch-groups", "2", "--threads", "1",
-                               "--stage-workers", "dist", "--no-log-events"], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            exe,
+            "serve",
+            "--port",
+            "0",
+            "--split",
+            "2",
+            "--batch-groups",
+            "2",
+            "--threads",
+            "1",
+            "--stage-workers",
+            "dist",
+            "--no-log-events",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = server.stdout.readline()
         assert line.startswith("STRATA_READY url="), (line, server.poll())
@@ -165,7 +184,9 @@ def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
         wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 300, "the engine and its ranks to load")
         ranks = children(server.pid)
         assert len(ranks) == 2, f"expected two stage ranks under the server, found {ranks}"
-        done = httpx.post(f"{url}/v1/completions", json={"prompt": SHORT, "max_tokens": 4, "temperature": 0}, timeout=60)
+        done = httpx.post(
+            f"{url}/v1/completions", json={"prompt": SHORT, "max_tokens": 4, "temperature": 0}, timeout=60
+        )
         assert done.status_code == 200 and done.json()["choices"][0]["finish_reason"] == "length", done.text
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0

@@ -1,6 +1,7 @@
 """The several-machines path on one host: stage ranks started as separate `strata-engine stage` commands
 meet the head (RANK 0, --stage-ranks join) through the env:// rendezvous; once on loopback, once with a
 stage rank in its own network namespace joined by a veth pair (root and `ip netns` only)."""
+
 from __future__ import annotations
 
 import os
@@ -38,14 +39,28 @@ def solo():
 def serve_with_joined_ranks(monkeypatch, addr: str, port: int, launches: list[list[str]], extra_env: list[dict]):
     """Start each stage command (rank 1, 2, ...), then the head as RANK 0; generate; shut down; exit codes."""
     base = {**os.environ, "MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": str(len(launches) + 1)}
-    procs = [subprocess.Popen(cmd, env={**base, **env, "RANK": str(rank)}, stdin=subprocess.DEVNULL)
-             for rank, (cmd, env) in enumerate(zip(launches, extra_env), start=1)]
+    procs = [
+        subprocess.Popen(cmd, env={**base, **env, "RANK": str(rank)}, stdin=subprocess.DEVNULL)
+        for rank, (cmd, env) in enumerate(zip(launches, extra_env), start=1)
+    ]
     try:
-        for name, value in (("MASTER_ADDR", addr), ("MASTER_PORT", str(port)), ("RANK", "0"),
-                            ("WORLD_SIZE", str(len(launches) + 1))):
+        for name, value in (
+            ("MASTER_ADDR", addr),
+            ("MASTER_PORT", str(port)),
+            ("RANK", "0"),
+            ("WORLD_SIZE", str(len(launches) + 1)),
+        ):
             monkeypatch.setenv(name, value)
-        with Engine.from_pretrained(batch=2, batch_groups=2, split=2, prefill_chunk=CHUNK, threads=1, log_events=False,
-                                    stage_workers="dist", stage_ranks="join") as engine:
+        with Engine.from_pretrained(
+            batch=2,
+            batch_groups=2,
+            split=2,
+            prefill_chunk=CHUNK,
+            threads=1,
+            log_events=False,
+            stage_workers="dist",
+            stage_ranks="join",
+        ) as engine:
             outs = [out.token_ids for out in engine.generate(PROMPTS, GREEDY)]
         codes = [p.wait(30) for p in procs]
     finally:
@@ -89,7 +104,11 @@ def veth_namespace():
         _ip("link", "set", ns_dev, "netns", ns)
         _ip("addr", "add", "10.213.7.1/24", "dev", host_dev)
         _ip("link", "set", host_dev, "up")
-        for args in (("addr", "add", "10.213.7.2/24", "dev", ns_dev), ("link", "set", ns_dev, "up"), ("link", "set", "lo", "up")):
+        for args in (
+            ("addr", "add", "10.213.7.2/24", "dev", ns_dev),
+            ("link", "set", ns_dev, "up"),
+            ("link", "set", "lo", "up"),
+        ):
             _ip("netns", "exec", ns, "ip", *args)
         yield "10.213.7.1", host_dev, ns, ns_dev
     except subprocess.CalledProcessError as err:
@@ -105,8 +124,9 @@ def test_a_stage_rank_in_its_own_network_namespace(solo, monkeypatch):
     with veth_namespace() as (addr, host_dev, ns, ns_dev):
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", host_dev)  # the head and rank 1 talk over the host's end
         launches = [STAGE_CMD, ["ip", "netns", "exec", ns, *STAGE_CMD]]
-        outs, codes = serve_with_joined_ranks(monkeypatch, addr, free_port(), launches,
-                                              [{"GLOO_SOCKET_IFNAME": host_dev}, {"GLOO_SOCKET_IFNAME": ns_dev}])
+        outs, codes = serve_with_joined_ranks(
+            monkeypatch, addr, free_port(), launches, [{"GLOO_SOCKET_IFNAME": host_dev}, {"GLOO_SOCKET_IFNAME": ns_dev}]
+        )
     for i, (want, got) in enumerate(zip(solo, outs)):
         assert_tokens_equal(expected=want, actual=got, label=f"rank 2 in a netns, prompt {i}", expected_name="solo")
     assert codes == [0, 0], codes

@@ -1,6 +1,7 @@
 """Stages as torch.distributed ranks (gloo, localhost): the same logits as the thread pipeline bit for bit,
 errors per micro-batch, and greedy tokens equal to solo runs and to the thread pipeline with 2 and 3
 ranks, 1 and 2 groups, pieces and the mixed read."""
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,12 @@ from tokens_equal import assert_tokens_equal
 
 MODEL = "strata-tiny-moe"
 CHUNK = 8
-PROMPTS = ["def fibonacci(n):\n    if n < 2:\n        return n\n    return", "import os\nimport sys\n\nfor name in",
-           "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.",
-           "for i in range(10):\n    total += i * i\nprint("]
+PROMPTS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    "import os\nimport sys\n\nfor name in",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.",
+    "for i in range(10):\n    total += i * i\nprint(",
+]
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 STAGES = plan_stages(4, 2, (), "cpu")
 
@@ -35,12 +39,18 @@ def prompt_part(slot: int = 0, length: int = 5, start: int = 0) -> Part:
 
 def test_frames_round_trip_every_field_and_dtype():
     hidden = torch.randn(16, 4).to(torch.bfloat16)  # a ragged part's tokens, padded to a row tile
-    part = WirePart(torch.tensor([1, 2, 3, 4]), torch.tensor([0, 1, 2, 7]), torch.tensor([[3, 0], [1, 0]])[:, 0],
-                    torch.tensor([3, 1]), True, hidden)  # a chunk of 3 and a decode row; a strided slots view
+    part = WirePart(
+        torch.tensor([1, 2, 3, 4]),
+        torch.tensor([0, 1, 2, 7]),
+        torch.tensor([[3, 0], [1, 0]])[:, 0],
+        torch.tensor([3, 1]),
+        True,
+        hidden,
+    )  # a chunk of 3 and a decode row; a strided slots view
     bare = WirePart(torch.tensor([9]), torch.tensor([4]), torch.tensor([0]), torch.tensor([1]), False)
     buffer = torch.zeros(4096, dtype=torch.uint8)
     frame_bytes = encode(Kind.WORK, 41, [part, bare], stage_us=[17, 5])
-    buffer[:frame_bytes.numel()] = frame_bytes
+    buffer[: frame_bytes.numel()] = frame_bytes
     frame = decode(buffer)
     assert (frame.kind, frame.seq, frame.stage_us, frame.nbytes) == (Kind.WORK, 41, [17, 5], frame_bytes.numel())
     got, got_bare = frame.parts
@@ -57,8 +67,18 @@ def test_frames_round_trip_every_field_and_dtype():
 @pytest.fixture(scope="module")
 def pipelines():
     """The same two stages as ranks and as threads, one thread each (so the same kernels run)."""
-    ranks = DistPipeline(LocalRanks(2), STAGES, MODEL, num_slots=4, ctx=64, dtype=torch.float32, hidden_size=256,
-                         vocab_size=258, threads=1, timeout_s=60)
+    ranks = DistPipeline(
+        LocalRanks(2),
+        STAGES,
+        MODEL,
+        num_slots=4,
+        ctx=64,
+        dtype=torch.float32,
+        hidden_size=256,
+        vocab_size=258,
+        threads=1,
+        timeout_s=60,
+    )
     model, _ = load_model(MODEL, dtype=torch.float32)
     choose_kernels(model, 4, 1, decode=False)  # as each rank does: the same path serves each op
     split_layers(model, STAGES, torch.float32)
@@ -73,8 +93,7 @@ def test_logits_equal_the_thread_pipeline_bit_for_bit(pipelines):
     results = []
     for pipeline in pipelines:
         pipeline.submit(MicroBatch([prompt_part(slot=1, length=3), prompt_part(slot=2, length=1)], tag="read"))
-        pipeline.submit(MicroBatch([Part.ragged([(1, 3, [7]), (2, 1, [9])], want_logits=True)],
-                                   tag="decode"))
+        pipeline.submit(MicroBatch([Part.ragged([(1, 3, [7]), (2, 1, [9])], want_logits=True)], tag="decode"))
         assert pipeline.in_flight == 2
         results.append(pipeline.drain())
         assert pipeline.in_flight == 0
@@ -94,7 +113,9 @@ def test_more_micro_batches_in_flight_than_the_ring_holds_do_not_deadlock_it(pip
     results = []
     for pipeline in pipelines:
         for position in range(40):
-            pipeline.submit(MicroBatch([Part.ragged([(0, position, [position % 200 + 1])], want_logits=True)], tag=position))
+            pipeline.submit(
+                MicroBatch([Part.ragged([(0, position, [position % 200 + 1])], want_logits=True)], tag=position)
+            )
         assert pipeline.in_flight == 40
         results.append(pipeline.drain())
     for got, want in zip(*results):
@@ -107,7 +128,9 @@ def test_more_micro_batches_in_flight_than_the_ring_holds_do_not_deadlock_it(pip
 def test_a_stage_error_fails_that_micro_batch_only(pipelines):
     ranks, _ = pipelines
     ranks.submit(MicroBatch([prompt_part(slot=9)], tag="bad slot"))
-    ranks.submit(MicroBatch([prompt_part(slot=0, length=1, start=63), prompt_part(slot=1, length=2, start=63)], tag="overflow"))
+    ranks.submit(
+        MicroBatch([prompt_part(slot=0, length=1, start=63), prompt_part(slot=1, length=2, start=63)], tag="overflow")
+    )
     ranks.submit(MicroBatch([prompt_part(slot=3)], tag="fine"))
     ranks.submit(MicroBatch([prompt_part(slot=3, length=70)], tag="too big"))
     bad, overflow, fine, too_big = ranks.drain()
@@ -123,6 +146,7 @@ def test_a_stage_error_fails_that_micro_batch_only(pipelines):
 @pytest.mark.slow
 def test_a_stage_rank_that_cannot_load_the_model_says_why_and_leaves_no_process(tmp_path):
     (tmp_path / "config.json").write_text("{}")
+
     class Recorded(LocalRanks):
         def start(self):
             store = super().start()
@@ -131,8 +155,17 @@ def test_a_stage_rank_that_cannot_load_the_model_says_why_and_leaves_no_process(
 
     ranks = Recorded(2)
     with pytest.raises(StageRankError, match=r"stage rank 1 \(stage 0, layers 0-1, cpu\) failed to start: .*"):
-        DistPipeline(ranks, STAGES, str(tmp_path), num_slots=1, ctx=16, dtype=torch.float32, hidden_size=256,
-                     vocab_size=258, threads=1)
+        DistPipeline(
+            ranks,
+            STAGES,
+            str(tmp_path),
+            num_slots=1,
+            ctx=16,
+            dtype=torch.float32,
+            hidden_size=256,
+            vocab_size=258,
+            threads=1,
+        )
     assert len(ranks.started) == 2 and all(proc.poll() is not None for proc in ranks.started)
 
 
@@ -156,8 +189,16 @@ def test_stage_workers_config():
     assert EngineConfig(batch=4, batch_groups=2, env={}).stage_workers_for(["cpu"]) == "thread"  # one stage
     assert two_groups.stage_workers_for(["cuda:0", "cuda:1"]) == "thread"
     # STRATA_STAGE_WORKERS sets what auto picks; an explicit --stage-workers wins over it
-    assert EngineConfig(split=2, batch=4, batch_groups=2, env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for(["cpu", "cpu"]) == "thread"
-    assert EngineConfig(split=2, batch=4, batch_groups=1, env={"STRATA_STAGE_WORKERS": "dist"}).stage_workers_for() == "dist"
+    assert (
+        EngineConfig(split=2, batch=4, batch_groups=2, env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for(
+            ["cpu", "cpu"]
+        )
+        == "thread"
+    )
+    assert (
+        EngineConfig(split=2, batch=4, batch_groups=1, env={"STRATA_STAGE_WORKERS": "dist"}).stage_workers_for()
+        == "dist"
+    )
     assert EngineConfig(stage_workers="dist", env={"STRATA_STAGE_WORKERS": "thread"}).stage_workers_for() == "dist"
     with pytest.raises(ValueError, match="STRATA_STAGE_WORKERS='process' is not one of thread, dist"):
         EngineConfig(split=2, batch=4, env={"STRATA_STAGE_WORKERS": "process"}).stage_workers_for()
@@ -171,9 +212,17 @@ def solo():
 
 CASES = [
     ("2 ranks, 1 group", dict(split=2, batch_groups=1), {}),
-    ("2 ranks, 2 groups, pieces of 2 chunks", dict(split=2, batch_groups=2), {"STRATA_PIPED_READ_PIECE": str(2 * CHUNK)}),
+    (
+        "2 ranks, 2 groups, pieces of 2 chunks",
+        dict(split=2, batch_groups=2),
+        {"STRATA_PIPED_READ_PIECE": str(2 * CHUNK)},
+    ),
     ("3 ranks, 2 groups, mixed read", dict(devices="cpu,cpu,cpu", batch_groups=2), {"STRATA_PIPED_READ_MIX": "1"}),
-    ("3 ranks, 1 group, pieces of 1 chunk", dict(devices="cpu,cpu,cpu", batch_groups=1), {"STRATA_PIPED_READ_PIECE": str(CHUNK)}),
+    (
+        "3 ranks, 1 group, pieces of 1 chunk",
+        dict(devices="cpu,cpu,cpu", batch_groups=1),
+        {"STRATA_PIPED_READ_PIECE": str(CHUNK)},
+    ),
     ("2 ranks, 2 groups, no row padding", dict(split=2, batch_groups=2), {"STRATA_ROW_TILE": "1"}),
 ]
 
@@ -183,14 +232,25 @@ CASES = [
 def test_tokens_equal_solo_and_the_thread_pipeline(solo, label, layout, env):
     outs = {}
     for workers in ("thread", "dist"):
-        with Engine.from_pretrained(batch=4, prefill_chunk=CHUNK, threads=1, log_events=False, stage_workers=workers,
-                                    env=env, **layout) as engine:
+        with Engine.from_pretrained(
+            batch=4, prefill_chunk=CHUNK, threads=1, log_events=False, stage_workers=workers, env=env, **layout
+        ) as engine:
             assert engine.info()["stage_workers"] == workers
             if "STRATA_ROW_TILE" in env:  # the measuring knob reaches the ranks as it reaches the threads
                 assert engine.info()["row_tile"] == int(env["STRATA_ROW_TILE"]), workers
             outs[workers] = [out.token_ids for out in engine.generate(PROMPTS, GREEDY)]
     for i, prompt in enumerate(PROMPTS):
-        assert_tokens_equal(expected=solo[i], actual=outs["dist"][i], label=f"{label}, prompt {i}",
-                            expected_name="solo", actual_name="dist")
-        assert_tokens_equal(expected=outs["thread"][i], actual=outs["dist"][i], label=f"{label}, prompt {i}",
-                            expected_name="thread", actual_name="dist")
+        assert_tokens_equal(
+            expected=solo[i],
+            actual=outs["dist"][i],
+            label=f"{label}, prompt {i}",
+            expected_name="solo",
+            actual_name="dist",
+        )
+        assert_tokens_equal(
+            expected=outs["thread"][i],
+            actual=outs["dist"][i],
+            label=f"{label}, prompt {i}",
+            expected_name="thread",
+            actual_name="dist",
+        )

@@ -1,5 +1,6 @@
 """The Python API on the real torch engine (the embedded model): solo equals batched, bad input is
 contained, continuous batching answers everyone, streaming yields what generate returns."""
+
 from __future__ import annotations
 
 import pytest

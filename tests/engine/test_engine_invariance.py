@@ -11,6 +11,7 @@ count (runtime/thread_probe.py). The last test starts an interpreter where MKL r
 that the probe's verdict is what the engine's bits do there (on AMD EPYC with AVX-512 they move, so it says no).
 The comparison's ability to fail is shown at the model level (tests/engine/test_model_invariance.py: padding
 off must differ)."""
+
 from __future__ import annotations
 
 import json
@@ -69,9 +70,16 @@ def run(layout: str, threads: int) -> dict:
     return {"info": info, "solo": solo, "together": together}
 
 
-CASES = [pytest.param(layout, threads, id=f"{layout}, {threads} thread{'s' * (threads > 1)}",
-                      marks=[pytest.mark.slow] if layout in SLOW else [])
-         for layout in LAYOUTS for threads in (1, 2)]
+CASES = [
+    pytest.param(
+        layout,
+        threads,
+        id=f"{layout}, {threads} thread{'s' * (threads > 1)}",
+        marks=[pytest.mark.slow] if layout in SLOW else [],
+    )
+    for layout in LAYOUTS
+    for threads in (1, 2)
+]
 
 
 @pytest.mark.parametrize("layout, threads", CASES)
@@ -83,10 +91,14 @@ def test_logprobs_bitwise_equal_to_solo_on_the_same_engine(layout, threads):
     assert info["batch_invariant"] is True, f"{layout}: CPU fp32 with padding should claim batch invariance"
     for prompt, alone, out in zip(PROMPTS, result["solo"], result["together"]):
         index = first_difference(alone.token_ids, out.token_ids)
-        assert index is None, f"{prompt!r}: token {index} differs: solo {alone.token_ids[index:index + 4]}, batched {out.token_ids[index:index + 4]}"
+        assert index is None, (
+            f"{prompt!r}: token {index} differs: solo {alone.token_ids[index : index + 4]}, batched {out.token_ids[index : index + 4]}"
+        )
         expected, actual = logprobs([alone])[0], logprobs([out])[0]
         index = first_difference(expected, actual)
-        assert index is None, f"{prompt!r}: logprob {index} not bitwise equal: solo {expected[index]!r}, batched {actual[index]!r}"
+        assert index is None, (
+            f"{prompt!r}: logprob {index} not bitwise equal: solo {expected[index]!r}, batched {actual[index]!r}"
+        )
 
 
 def test_layouts_and_thread_counts_that_claim_it_give_the_same_bits():
@@ -98,8 +110,12 @@ def test_layouts_and_thread_counts_that_claim_it_give_the_same_bits():
     for key, other in others:
         for prompt, a, b in zip(PROMPTS, logprobs(base["solo"]), logprobs(other["solo"])):
             index = first_difference(a, b)
-            assert index is None, f"{prompt!r}: {base_key} and {key} both claim layout invariance; logprob {index}: {a[index]!r} vs {b[index]!r}"
-    assert ("one stage", 1) in claimed and ("spec layout", 2) in claimed, f"MKL pinned: expected every fast layout to claim it, got {sorted(claimed)}"
+            assert index is None, (
+                f"{prompt!r}: {base_key} and {key} both claim layout invariance; logprob {index}: {a[index]!r} vs {b[index]!r}"
+            )
+    assert ("one stage", 1) in claimed and ("spec layout", 2) in claimed, (
+        f"MKL pinned: expected every fast layout to claim it, got {sorted(claimed)}"
+    )
 
 
 PROBE_SCRIPT = r"""
@@ -122,11 +138,20 @@ print(json.dumps(out))
 @pytest.mark.parametrize("order", ["pinned", "mkl-first"])
 def test_the_probe_verdict_is_what_the_thread_count_does(order):
     """A 2-thread engine claims layout invariance exactly when its bits equal the 1-thread engine's."""
-    done = subprocess.run([sys.executable, "-c", PROBE_SCRIPT, order, json.dumps(PROMPTS[:2])], capture_output=True,
-                          text=True, timeout=300, env={k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_SCRIPT, order, json.dumps(PROMPTS[:2])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     equal = out["1"]["logprobs"] == out["2"]["logprobs"]
-    assert out["2"]["claim"] == equal, f"{order}: the probe says {out['2']['claim']}, the 1- and 2-thread engines' bits are {'equal' if equal else 'different'}"
+    assert out["2"]["claim"] == equal, (
+        f"{order}: the probe says {out['2']['claim']}, the 1- and 2-thread engines' bits are {'equal' if equal else 'different'}"
+    )
     if order == "pinned":
-        assert out["2"]["claim"] is True, "with MKL's reproducible mode pinned, the thread count should not move the bits"
+        assert out["2"]["claim"] is True, (
+            "with MKL's reproducible mode pinned, the thread count should not move the bits"
+        )

@@ -1,6 +1,7 @@
 """Both executors implement the whole `scheduler/protocol.Executor`, the prompt cache's `PrefixCopies`
 included: every member it declares is there, and every method takes the parameters it declares (the
 scheduler and the prompt cache read them directly, probing nothing)."""
+
 from __future__ import annotations
 
 import inspect
@@ -41,8 +42,16 @@ EXECUTORS = {
 def test_the_protocol_declares_every_call_and_the_cache_members():
     declared = members(Executor)
     assert {"num_stages", "read", "decode", "mixed", "prepare_slot", "free_slot"} <= set(declared)
-    assert set(members(PrefixCopies)) == {"supports_prefix_cache", "kv_bytes_per_token", "batch_invariant",
-                                          "save_prefix", "restore_prefix", "drop_prefix", "kv_generation", "kv_held"}
+    assert set(members(PrefixCopies)) == {
+        "supports_prefix_cache",
+        "kv_bytes_per_token",
+        "batch_invariant",
+        "save_prefix",
+        "restore_prefix",
+        "drop_prefix",
+        "kv_generation",
+        "kv_held",
+    }
     assert set(members(PrefixCopies)) <= set(declared)
 
 

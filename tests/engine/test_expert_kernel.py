@@ -4,6 +4,7 @@ The op runs ATen's own calls from C++, so its output must be bitwise the loop's:
 embedded model, padded and unpadded, with padding rows, float32 and bfloat16. Built once per machine (g++ and
 ninja); where it cannot be built the tests skip, saying why, and the loop serves.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -28,9 +29,21 @@ def native():
 
 
 def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
-    config = ModelConfig(architecture="qwen3_moe", vocab_size=16, hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=32,
-                         intermediate_size=96, num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=48,
-                         norm_topk_prob=True, max_position_embeddings=64)
+    config = ModelConfig(
+        architecture="qwen3_moe",
+        vocab_size=16,
+        hidden_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=96,
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=48,
+        norm_topk_prob=True,
+        max_position_embeddings=64,
+    )
     moe = MoE(config)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -47,8 +60,9 @@ def _python_loop(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torc
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("row_tile", [1, 4, 16])
-@pytest.mark.parametrize("rows,real,experts,top_k", [(256, 256, 8, 2), (40, 37, 8, 2), (6, 6, 8, 2), (1, 1, 4, 1),
-                                                     (33, 20, 16, 4)])
+@pytest.mark.parametrize(
+    "rows,real,experts,top_k", [(256, 256, 8, 2), (40, 37, 8, 2), (6, 6, 8, 2), (1, 1, 4, 1), (33, 20, 16, 4)]
+)
 def test_native_is_bitwise_the_python_loop(native, monkeypatch, dtype, row_tile, rows, real, experts, top_k):
     moe = _moe(experts, top_k, seed=rows + experts, dtype=dtype)
     moe.row_tile = row_tile

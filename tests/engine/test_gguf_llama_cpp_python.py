@@ -1,5 +1,6 @@
 """Our greedy tokens equal llama.cpp's on the model exported to GGUF, f32 and f16, run in process through
 llama-cpp-python (skipped, naming the install command, where it or the `gguf` package is missing)."""
+
 from __future__ import annotations
 
 import json

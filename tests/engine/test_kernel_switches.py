@@ -1,5 +1,6 @@
 """The native ops' switches and Strata's cache folder: bad values name the variable; the compile cache is kept
 beside the verdicts unless the user placed it."""
+
 from __future__ import annotations
 
 import os

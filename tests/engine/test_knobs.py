@@ -1,4 +1,5 @@
 """The STRATA_* table: every variable the engine's source names is in it, and a bad value of each raises naming it."""
+
 from __future__ import annotations
 
 import re
@@ -17,12 +18,23 @@ NOT_VARIABLES = {"STRATA_READY"}  # the server's ready line on stdout, not a var
 # Outside knobs.py, the environment is only handed on or written (knobs.py's docstring says which)
 OTHER_ENVIRON_USES = {"runtime/dist/ranks.py": 1, "kernel_switches.py": 1}  # config.py no longer: mkl_mode.py calls MKL
 BAD = {  # one value each knob refuses; a knob added to the table needs one here
-    "STRATA_PIPED_READ_PIECE": "2.5", "STRATA_BATCH_DECODE_SHARE": "abc", "STRATA_PIPED_DECODE_MIN_MS": "-1",
-    "STRATA_PIPED_DECODE_MAX_MS": "nan", "STRATA_PIPED_READ_MIX": "2", "STRATA_PIPED_PAUSE_TARGET_MS": "soon",
-    "STRATA_PIPED_DECODE_MERGE": "maybe", "STRATA_ROW_TILE": "0", "STRATA_DECODE_ALL_THREADS": "all",
-    "STRATA_STAGE_WORKERS": "process", "STRATA_COMPILED_GEMMS": "mkl", "STRATA_LAYOUT": "quick",
-    "STRATA_CHUNK_KERNEL": "on", "STRATA_DECODE_KERNEL": "native", "STRATA_EXPERT_KERNEL": "2",
-    "STRATA_NATIVE_MARCH": "x86-64-v3; rm -rf", "STRATA_API_KEY": "k\u00e9y",
+    "STRATA_PIPED_READ_PIECE": "2.5",
+    "STRATA_BATCH_DECODE_SHARE": "abc",
+    "STRATA_PIPED_DECODE_MIN_MS": "-1",
+    "STRATA_PIPED_DECODE_MAX_MS": "nan",
+    "STRATA_PIPED_READ_MIX": "2",
+    "STRATA_PIPED_PAUSE_TARGET_MS": "soon",
+    "STRATA_PIPED_DECODE_MERGE": "maybe",
+    "STRATA_ROW_TILE": "0",
+    "STRATA_DECODE_ALL_THREADS": "all",
+    "STRATA_STAGE_WORKERS": "process",
+    "STRATA_COMPILED_GEMMS": "mkl",
+    "STRATA_LAYOUT": "quick",
+    "STRATA_CHUNK_KERNEL": "on",
+    "STRATA_DECODE_KERNEL": "native",
+    "STRATA_EXPERT_KERNEL": "2",
+    "STRATA_NATIVE_MARCH": "x86-64-v3; rm -rf",
+    "STRATA_API_KEY": "k\u00e9y",
 }
 
 
@@ -71,7 +83,9 @@ def test_switches_take_zero_as_off():
 def test_numbers_keep_their_kind():
     assert read("STRATA_PIPED_READ_PIECE", {"STRATA_PIPED_READ_PIECE": "1024.0"}) == 1024
     assert read("STRATA_BATCH_DECODE_SHARE", {"STRATA_BATCH_DECODE_SHARE": " 0.25 "}) == 0.25
-    with pytest.raises(ValueError, match=r"^STRATA_BATCH_DECODE_SHARE='abc' is not a number \(a share >= 0 of the chunk's read time\)$"):
+    with pytest.raises(
+        ValueError, match=r"^STRATA_BATCH_DECODE_SHARE='abc' is not a number \(a share >= 0 of the chunk's read time\)$"
+    ):
         read("STRATA_BATCH_DECODE_SHARE", {"STRATA_BATCH_DECODE_SHARE": "abc"})
 
 

@@ -1,4 +1,5 @@
 """KVCache: shapes, per-layer placement, reset, and the clear error past ctx."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,17 @@ import torch
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.model.config import ModelConfig
 
-CONFIG = ModelConfig(architecture="llama", vocab_size=32, hidden_size=16, num_layers=4, num_heads=4, num_kv_heads=2,
-                     head_dim=4, intermediate_size=32, max_position_embeddings=64)
+CONFIG = ModelConfig(
+    architecture="llama",
+    vocab_size=32,
+    hidden_size=16,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=4,
+    intermediate_size=32,
+    max_position_embeddings=64,
+)
 
 
 def test_shapes_and_bytes():
@@ -38,7 +48,9 @@ def test_write_row_places_tokens_at_slot_and_position():
     layer.check([[2, 4, 6], [0, 0, 2]])
     layer.write_row(2, 4, k[0], -k[0])
     layer.write_row(0, 0, k[1], -k[1], positions=torch.tensor([2, 0, 1]))  # out of order: the masked path's rows
-    assert torch.equal(layer.k[2, :, 4:7], k[0].transpose(0, 1)) and torch.equal(layer.v[2, :, 4:7], -k[0].transpose(0, 1))
+    assert torch.equal(layer.k[2, :, 4:7], k[0].transpose(0, 1)) and torch.equal(
+        layer.v[2, :, 4:7], -k[0].transpose(0, 1)
+    )
     assert torch.equal(layer.k[0, :, [2, 0, 1]], k[1].transpose(0, 1))
     assert layer.k[1].abs().sum() == 0 and layer.k[2, :, :4].abs().sum() == 0
 
@@ -60,8 +72,17 @@ def anon_mib() -> float:
     return int(next(line for line in open("/proc/self/status") if line.startswith("RssAnon")).split()[1]) / 1024
 
 
-WIDE = ModelConfig(architecture="llama", vocab_size=32, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=4,
-                   head_dim=64, intermediate_size=32, max_position_embeddings=131072)
+WIDE = ModelConfig(
+    architecture="llama",
+    vocab_size=32,
+    hidden_size=256,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=64,
+    intermediate_size=32,
+    max_position_embeddings=131072,
+)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")

@@ -1,5 +1,6 @@
 """KV behind a sliding window goes back to the OS: a slot's memory is bounded by the window, not by ctx,
 what attention reads is untouched, and the prompt cache never keeps a prefix whose window was let go of."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,18 @@ from strata_engine.model.rows import Row
 from test_kv_cache import anon_mib
 
 WINDOW = 64
-CONFIG = ModelConfig(architecture="mixtral", vocab_size=32, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=4,
-                     head_dim=64, intermediate_size=32, max_position_embeddings=32768, sliding_window=WINDOW)
+CONFIG = ModelConfig(
+    architecture="mixtral",
+    vocab_size=32,
+    hidden_size=256,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=64,
+    intermediate_size=32,
+    max_position_embeddings=32768,
+    sliding_window=WINDOW,
+)
 CHUNK = 256
 
 
@@ -70,8 +81,8 @@ def test_save_copies_from_the_floor_and_restore_puts_it_back_in_another_slot():
     assert saved.nbytes == 4 * 2 * 4 * 64 * 4 * (8000 - saved.first)
     cache.restore(saved, 1, 8000)
     for layer in cache.layers.values():
-        assert torch.equal(layer.k[1, :, saved.first:8000], layer.k[0, :, saved.first:8000])
-        assert torch.equal(layer.v[1, :, saved.first:8000], layer.v[0, :, saved.first:8000])
+        assert torch.equal(layer.k[1, :, saved.first : 8000], layer.k[0, :, saved.first : 8000])
+        assert torch.equal(layer.v[1, :, saved.first : 8000], layer.v[0, :, saved.first : 8000])
         assert layer.held_from[1] == saved.first
 
 

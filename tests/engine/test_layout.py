@@ -1,6 +1,7 @@
 """`--layout`: auto picks the fastest layout where it can run and nobody shaped one; plain keeps the flags;
 fastest beside a layout flag, or where it cannot run, is a usage error naming why. The real server in that
 layout (slow) answers the golden manifest's greedy tokens."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,13 @@ EXE = shutil.which("strata-engine", path=os.path.dirname(sys.executable)) or shu
 
 def test_auto_lays_a_multi_core_cpu_engine_out_as_the_fastest_layout():
     config, why = resolve(EngineConfig(batch=6, ctx=8192), "auto", given={"batch", "ctx"}, env={}, machine=TWO_CORES)
-    assert (config.layout, config.devices, config.batch_groups, config.compile, config.prefill_chunk) == \
-        ("fastest", ("cpu", "cpu"), 2, True, FASTEST_CHUNK)
+    assert (config.layout, config.devices, config.batch_groups, config.compile, config.prefill_chunk) == (
+        "fastest",
+        ("cpu", "cpu"),
+        2,
+        True,
+        FASTEST_CHUNK,
+    )
     assert config.stage_workers == "thread"  # the whole decode needs the stages' shared KV cache
     assert config.num_stages == 2 and config.batch == 6 and config.ctx == 8192
     assert why.startswith("fastest (auto on 2 CPU cores)")
@@ -33,7 +39,9 @@ def test_auto_lays_a_multi_core_cpu_engine_out_as_the_fastest_layout():
 
 
 def test_a_given_chunk_and_the_environment_override_the_layouts_own():
-    config, _ = resolve(EngineConfig(batch=6, prefill_chunk=128), "auto", given={"prefill_chunk"}, env={}, machine=TWO_CORES)
+    config, _ = resolve(
+        EngineConfig(batch=6, prefill_chunk=128), "auto", given={"prefill_chunk"}, env={}, machine=TWO_CORES
+    )
     assert config.prefill_chunk == 128
     env = {"STRATA_PIPED_DECODE_MERGE": "0", "STRATA_PIPED_READ_PIECE": "512"}
     sched = EngineConfig(batch=6, layout="fastest", env=env).scheduler_config()
@@ -50,27 +58,37 @@ def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_envi
     aten = {"STRATA_COMPILED_GEMMS": "aten"}
     assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
     assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
-    with pytest.raises(ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"):
+    with pytest.raises(
+        ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"
+    ):
         EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "mkl"})
 
 
-@pytest.mark.parametrize("given,why", [
-    ({"split"}, "--split"), ({"compile"}, "--compile"), ({"batch_groups", "devices"}, "--devices, --batch-groups"),
-])
+@pytest.mark.parametrize(
+    "given,why",
+    [
+        ({"split"}, "--split"),
+        ({"compile"}, "--compile"),
+        ({"batch_groups", "devices"}, "--devices, --batch-groups"),
+    ],
+)
 def test_auto_keeps_the_flags_when_the_user_shaped_a_layout(given, why):
     config = EngineConfig(batch=6)
     chosen, said = resolve(config, "auto", given=given, env={}, machine=TWO_CORES)
     assert chosen is config and said.startswith("plain") and why in said
 
 
-@pytest.mark.parametrize("machine,config,why", [
-    (Machine(1, False, 4), EngineConfig(batch=6), "one CPU core"),
-    (Machine(8, True, 4), EngineConfig(batch=6), "a GPU"),
-    (TWO_CORES, EngineConfig(batch=6, device="cuda:0"), "a GPU"),
-    (Machine(2, False, 1), EngineConfig(batch=6), "a model of 1 layer"),
-    (TWO_CORES, EngineConfig(batch=1), "--batch 1"),
-    (TWO_CORES, EngineConfig(batch=6, executor="sim"), "the sim executor"),
-])
+@pytest.mark.parametrize(
+    "machine,config,why",
+    [
+        (Machine(1, False, 4), EngineConfig(batch=6), "one CPU core"),
+        (Machine(8, True, 4), EngineConfig(batch=6), "a GPU"),
+        (TWO_CORES, EngineConfig(batch=6, device="cuda:0"), "a GPU"),
+        (Machine(2, False, 1), EngineConfig(batch=6), "a model of 1 layer"),
+        (TWO_CORES, EngineConfig(batch=1), "--batch 1"),
+        (TWO_CORES, EngineConfig(batch=6, executor="sim"), "the sim executor"),
+    ],
+)
 def test_auto_stays_plain_where_the_fastest_layout_cannot_run_and_fastest_says_why(machine, config, why):
     chosen, said = resolve(config, "auto", given=set(), env={}, machine=machine)
     assert chosen is config and said.startswith(f"plain: auto found {why}")
@@ -96,8 +114,12 @@ def test_fastest_beside_a_layout_flag_is_refused_naming_the_flag():
 
 @pytest.mark.skipif(EXE is None, reason="the strata-engine console script is not installed")
 def test_the_cli_refuses_fastest_beside_a_layout_flag_before_loading_anything():
-    r = subprocess.run([EXE, "serve", "--port", "0", "--layout", "fastest", "--batch-groups", "2"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [EXE, "serve", "--port", "0", "--layout", "fastest", "--batch-groups", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "drop --batch-groups, or use --layout plain" in r.stderr, r.stderr
 
 
@@ -106,20 +128,34 @@ def test_the_cli_refuses_fastest_beside_a_layout_flag_before_loading_anything():
 def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_tokens():
     golden = json.loads((Path(__file__).parents[2] / "strata_verify/golden/reference-cpu.json").read_text())
     env = {k: v for k, v in os.environ.items() if k != LAYOUT_ENV}  # the suite pins plain; this test is about auto
-    proc = subprocess.Popen([EXE, "serve", "--port", "0", "--batch", "4", "--ctx", "4096", "--no-log-events"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [EXE, "serve", "--port", "0", "--batch", "4", "--ctx", "4096", "--no-log-events"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("STRATA_READY url="), (line, proc.poll(), proc.stderr.read() if proc.poll() else "")
         url = line.split("url=", 1)[1].split()[0]
         info = httpx.get(f"{url}/v1/engine", timeout=30).json()
-        assert (info["layout"], info["num_stages"], info["batch_groups"], info["read_mix"], info["decode_merge"]) == \
-            ("fastest", 2, 2, 1, 1)
+        assert (info["layout"], info["num_stages"], info["batch_groups"], info["read_mix"], info["decode_merge"]) == (
+            "fastest",
+            2,
+            2,
+            1,
+            1,
+        )
         assert info["compiled"]["graphs"] >= 3 and info["prefill_chunk"] == FASTEST_CHUNK  # two stages' and the whole's
         assert info["stage_workers"] == "thread" and info["compiled"]["gemms"] == "template"
         for entry in golden["answers"][:3]:
-            body = {"prompt": entry["prompt"], "max_tokens": golden["max_tokens"], "temperature": 0,
-                    "return_token_ids": True}
+            body = {
+                "prompt": entry["prompt"],
+                "max_tokens": golden["max_tokens"],
+                "temperature": 0,
+                "return_token_ids": True,
+            }
             answer = httpx.post(f"{url}/v1/completions", json=body, timeout=120).json()
             assert answer["choices"][0]["text"] == entry["text"], entry["name"]
     finally:

@@ -1,5 +1,6 @@
 """MKL's reproducible mode: asked for when a model is loaded, through MKL's call; importing the package
 changes no environment (strata_engine/mkl_mode.py). Each case is a fresh interpreter: MKL fixes its mode once."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ print(json.dumps(out))
 
 def _run(order: str, **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, order], capture_output=True, text=True, timeout=300,
-                          env={**clean, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, order], capture_output=True, text=True, timeout=300, env={**clean, **env}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -4,6 +4,7 @@ The batched run mimics the engine: requests start at different steps, read their
 chunk (two readers share one call when they can), and every step decodes all readers that are done in
 one call whose rows sit at different positions of different slots.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,18 +41,24 @@ def run_batched(model, reqs: list[Req], chunk: int) -> None:
         while any(len(r.out) < NEW_TOKENS for r in reqs):
             decoders = [r for r in reqs if r.read == len(r.prompt) and 0 < len(r.out) < NEW_TOKENS]
             if decoders:
-                logits = model(torch.tensor([[r.out[-1]] for r in decoders]),
-                               torch.tensor([[len(r.prompt) + len(r.out) - 1] for r in decoders]), kv,
-                               torch.tensor([r.slot for r in decoders]))
+                logits = model(
+                    torch.tensor([[r.out[-1]] for r in decoders]),
+                    torch.tensor([[len(r.prompt) + len(r.out) - 1] for r in decoders]),
+                    kv,
+                    torch.tensor([r.slot for r in decoders]),
+                )
                 for row, r in enumerate(decoders):
                     r.out.append(int(logits[row, -1].argmax()))
             readers = [r for r in reqs if step >= r.start_step and r.read < len(r.prompt)]
             if readers:
                 tokens = min(chunk, len(readers[0].prompt) - readers[0].read)
                 rows = [readers[0]] + [r for r in readers[1:2] if len(r.prompt) - r.read >= tokens]
-                logits = model(torch.tensor([r.prompt[r.read : r.read + tokens] for r in rows]),
-                               torch.tensor([list(range(r.read, r.read + tokens)) for r in rows]), kv,
-                               torch.tensor([r.slot for r in rows]))
+                logits = model(
+                    torch.tensor([r.prompt[r.read : r.read + tokens] for r in rows]),
+                    torch.tensor([list(range(r.read, r.read + tokens)) for r in rows]),
+                    kv,
+                    torch.tensor([r.slot for r in rows]),
+                )
                 for row, r in enumerate(rows):
                     r.read += tokens
                     if r.read == len(r.prompt):
@@ -66,12 +73,21 @@ def test_solo_equals_batched(arch, chunk, hf_checkpoint):
     model, config = load_model(directory)
     texts = prompts(config.vocab_size)
     # slots out of order, starts staggered so reads overlap other slots' decoding
-    reqs = [Req(texts[0], slot=3, start_step=0), Req(texts[1], slot=0, start_step=2), Req(texts[2], slot=1, start_step=5)]
+    reqs = [
+        Req(texts[0], slot=3, start_step=0),
+        Req(texts[1], slot=0, start_step=2),
+        Req(texts[2], slot=1, start_step=5),
+    ]
     run_batched(model, reqs, chunk)
     for i, req in enumerate(reqs):
         solo = greedy(model, req.prompt, NEW_TOKENS, chunk=len(req.prompt))  # whole prompt in one call, slot 0
-        assert_tokens_equal(expected=solo, actual=req.out, label=f"{arch} request {i} chunk={chunk}",
-                            expected_name="solo", actual_name="batched")
+        assert_tokens_equal(
+            expected=solo,
+            actual=req.out,
+            label=f"{arch} request {i} chunk={chunk}",
+            expected_name="solo",
+            actual_name="batched",
+        )
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 16])
@@ -80,8 +96,13 @@ def test_chunked_read_equals_whole_read(chunk, hf_checkpoint):
     model, config = load_model(directory)
     prompt = prompts(config.vocab_size)[2]
     whole = greedy(model, prompt, NEW_TOKENS, chunk=len(prompt))
-    assert_tokens_equal(expected=whole, actual=greedy(model, prompt, NEW_TOKENS, chunk=chunk, slot=2, num_slots=3),
-                        label=f"chunk={chunk}", expected_name="whole prompt", actual_name=f"chunks of {chunk}")
+    assert_tokens_equal(
+        expected=whole,
+        actual=greedy(model, prompt, NEW_TOKENS, chunk=chunk, slot=2, num_slots=3),
+        label=f"chunk={chunk}",
+        expected_name="whole prompt",
+        actual_name=f"chunks of {chunk}",
+    )
 
 
 def test_rows_do_not_see_each_other(hf_checkpoint):

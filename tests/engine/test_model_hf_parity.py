@@ -1,4 +1,5 @@
 """Our forward against transformers on the same tiny random checkpoints (the oracle), per architecture."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,18 @@ def test_greedy_matches_transformers_generate(arch, chunk, hf_checkpoint):
     model, _ = load_model(directory)
     ids = prompt(seed=2)
     with torch.no_grad():
-        expected = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected = hf.generate(
+            torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+        )
     expected = expected[0, PROMPT_LEN:].tolist()
-    assert len(set(expected)) > 3, f"{arch}: the oracle's continuation is degenerate {expected}; the test would prove little"
+    assert len(set(expected)) > 3, (
+        f"{arch}: the oracle's continuation is degenerate {expected}; the test would prove little"
+    )
     actual = greedy(model, ids, NEW_TOKENS, chunk=chunk)
-    assert_tokens_equal(expected=expected, actual=actual, label=f"{arch} chunk={chunk}", expected_name="transformers", actual_name="strata")
+    assert_tokens_equal(
+        expected=expected,
+        actual=actual,
+        label=f"{arch} chunk={chunk}",
+        expected_name="transformers",
+        actual_name="strata",
+    )

@@ -1,6 +1,7 @@
 """Batch invariance: a row's logits are bitwise the same alone or beside other rows (any number, positions,
 content), for decode rows and prompt chunks, at 1 and 2 threads, in every family and the shipped model.
 The negative control runs the same comparisons with padding off and must see a difference."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,13 @@ import torch
 from helpers import ARCHITECTURES
 from strata_engine.model import chunk_kernel
 from strata_engine.model import load_model
-from strata_engine.runtime.invariance import (apply_row_tile, default_row_tile, invariance_holds, row_tile_for,
-                                             tile_candidates)
+from strata_engine.runtime.invariance import (
+    apply_row_tile,
+    default_row_tile,
+    invariance_holds,
+    row_tile_for,
+    tile_candidates,
+)
 from strata_engine.model.kv_cache import KVCache
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
@@ -31,7 +37,9 @@ class Harness:
 
     def run(self, rows) -> torch.Tensor:
         part = Part.ragged(rows, want_logits=True)
-        stage_forward(self.model, range(self.model.config.num_layers), self.cache, part, True, True, self.row_tile, "cpu")
+        stage_forward(
+            self.model, range(self.model.config.num_layers), self.cache, part, True, True, self.row_tile, "cpu"
+        )
         return part.logits
 
 
@@ -45,7 +53,10 @@ def compositions(vocab: int, target_position: int):
         decode = [(slot, 3 + 11 * slot + others, _tokens(vocab, 1, 100 * others + slot)) for slot in range(others)]
         yield f"{others} decode rows", decode
     yield "a 37-token chunk", [(0, 5, _tokens(vocab, 37, 1))]
-    yield "a 20-token chunk and 3 decode rows", [(0, 0, _tokens(vocab, 20, 2))] + [(s, 9 * s, _tokens(vocab, 1, s)) for s in (1, 2, 3)]
+    yield (
+        "a 20-token chunk and 3 decode rows",
+        [(0, 0, _tokens(vocab, 20, 2))] + [(s, 9 * s, _tokens(vocab, 1, s)) for s in (1, 2, 3)],
+    )
 
 
 def compare(model, row_tile: int, threads: int) -> list[str]:
@@ -58,7 +69,10 @@ def compare(model, row_tile: int, threads: int) -> list[str]:
     differing = []
     try:
         with torch.inference_mode():
-            for what, target in (("chunk", (TARGET_SLOT, 24, prompt[24:40])), ("decode", (TARGET_SLOT, 40, [prompt[-1]]))):
+            for what, target in (
+                ("chunk", (TARGET_SLOT, 24, prompt[24:40])),
+                ("decode", (TARGET_SLOT, 40, [prompt[-1]])),
+            ):
                 harness = Harness(model, row_tile)
                 harness.run([(TARGET_SLOT, 0, prompt[:24])])  # the prefix the target attends to
                 alone = harness.run([target])[0]
@@ -105,10 +119,15 @@ def test_claim_only_where_it_holds(hf_checkpoint):
     config = model.config
     assert tile_candidates(config) == [4, 8, 16], "no odd elementwise width in strata-tiny-moe"
     assert row_tile_for(config) == 16, "what held without MKL_CBWR"
-    assert tile_candidates(_load("qwen2_moe", hf_checkpoint).config) == [32], "the shared-expert gate is a sigmoid over [M, 1]"
+    assert tile_candidates(_load("qwen2_moe", hf_checkpoint).config) == [32], (
+        "the shared-expert gate is a sigmoid over [M, 1]"
+    )
     tile = default_row_tile(config, "cpu", torch.float32, 2)
     assert tile in (4, 8, 16), tile
-    assert default_row_tile(config, "cpu", torch.bfloat16, 2) == 1 and default_row_tile(config, "cuda:0", torch.float32) == 1
+    assert (
+        default_row_tile(config, "cpu", torch.bfloat16, 2) == 1
+        and default_row_tile(config, "cuda:0", torch.float32) == 1
+    )
     assert invariance_holds(config, "cpu", torch.float32, tile, 1)
     assert invariance_holds(config, "cpu", torch.float32, tile, 2)
     assert not invariance_holds(config, "cpu", torch.float32, 1, 1), "padding off"
@@ -131,11 +150,15 @@ def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]
     try:
         with torch.inference_mode():
             harness = Harness(model, row_tile, ctx=len(prompt) + 8)
-            with pytest.MonkeyPatch.context() as patch:  # the prompt read by the flash paths, on whose bits the tie was found
+            with (
+                pytest.MonkeyPatch.context() as patch
+            ):  # the prompt read by the flash paths, on whose bits the tie was found
                 patch.setenv(chunk_kernel.ENV, "0")
                 harness.run([(TARGET_SLOT, 0, prompt[:-1])])
             for others in range(BATCH + 1):
-                rows = [(slot, 30 + 17 * slot, [prompt[slot]]) for slot in range(others)] + [(TARGET_SLOT, len(prompt) - 1, prompt[-1:])]
+                rows = [(slot, 30 + 17 * slot, [prompt[slot]]) for slot in range(others)] + [
+                    (TARGET_SLOT, len(prompt) - 1, prompt[-1:])
+                ]
                 top = harness.run(rows)[others].topk(2)
                 out[others] = (int(top.indices[0]), float(top.values[0] - top.values[1]))
     finally:
@@ -147,5 +170,7 @@ def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]
 def test_a_near_tie_flips_with_the_batch_only_without_padding(threads):
     off, on = near_tie_tokens(1, threads), near_tie_tokens(16, threads)
     assert max(margin for _, margin in on.values()) < 1e-5, f"not a near-tie: {on}"
-    assert len({token for token, _ in off.values()}) > 1, f"padding off: the greedy token never flipped with the batch: {off}"
+    assert len({token for token, _ in off.values()}) > 1, (
+        f"padding off: the greedy token never flipped with the batch: {off}"
+    )
     assert len({token for token, _ in on.values()}) == 1, f"padding on: the greedy token moved with the batch: {on}"

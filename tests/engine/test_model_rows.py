@@ -1,4 +1,5 @@
 """Rows, the host-side layout of a ragged call, and Part.ragged that builds one: spans, positions, padding."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,10 @@ from strata_engine.runtime.pipeline import Part
 def test_rows_lay_tokens_back_to_back():
     rows = Rows.of([3, 0, 1], [[10, 11, 12], [7], [2, 0]])
     assert [(r.slot, r.start, r.length, r.first, r.last, r.consecutive) for r in rows.rows] == [
-        (3, 0, 3, 10, 12, True), (0, 3, 1, 7, 7, True), (1, 4, 2, 0, 2, False)]
+        (3, 0, 3, 10, 12, True),
+        (0, 3, 1, 7, 7, True),
+        (1, 4, 2, 0, 2, False),
+    ]
     assert rows.real == rows.padded == 6 and rows.last_tokens == [2, 3, 5]
     assert rows.padded_to(32).padded == 32 and rows.padded_to(32).last_tokens == [2, 3, 5]
 
@@ -31,7 +35,10 @@ def test_part_ragged_mixes_a_chunk_and_decode_rows():
     assert part.tokens.tolist() == [5, 6, 7, 8, 9, 4] and part.positions.tolist() == [16, 17, 18, 19, 40, 3]
     assert [r.slot for r in part.rows.rows] == [2, 0, 1] and part.rows.last_tokens == [3, 4, 5]
     uniform = Part.uniform(torch.tensor([[1, 2], [3, 4]]), torch.tensor([[0, 1], [5, 6]]), torch.tensor([1, 0]), False)
-    assert uniform.tokens.tolist() == [1, 2, 3, 4] and [(r.slot, r.first) for r in uniform.rows.rows] == [(1, 0), (0, 5)]
+    assert uniform.tokens.tolist() == [1, 2, 3, 4] and [(r.slot, r.first) for r in uniform.rows.rows] == [
+        (1, 0),
+        (0, 5),
+    ]
 
 
 @pytest.mark.parametrize("rows, tile, expected", [(1, 32, 32), (32, 32, 32), (33, 32, 64), (515, 32, 544), (5, 1, 5)])

@@ -1,6 +1,7 @@
 """Sliding-window attention (qwen3_moe `use_sliding_window`, mixtral `sliding_window`) against transformers:
 prompts longer than the window, read whole, in chunks and token by token, equal the oracle; a model whose
 window is ignored does not (the negative control), and an architecture we cannot window is refused."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,12 +24,21 @@ def windowed_checkpoint(arch: str, directory):
     from transformers import AutoModelForCausalLM, MixtralConfig, Qwen3MoeConfig
 
     if arch == "qwen3_moe":
-        config = Qwen3MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, head_dim=16,
-                                norm_topk_prob=True, initializer_range=INIT_RANGE, use_sliding_window=True,
-                                sliding_window=WINDOW)
+        config = Qwen3MoeConfig(
+            **COMMON,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            head_dim=16,
+            norm_topk_prob=True,
+            initializer_range=INIT_RANGE,
+            use_sliding_window=True,
+            sliding_window=WINDOW,
+        )
     else:
-        config = MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, initializer_range=INIT_RANGE,
-                               sliding_window=WINDOW)
+        config = MixtralConfig(
+            **COMMON, num_local_experts=4, num_experts_per_tok=2, initializer_range=INIT_RANGE, sliding_window=WINDOW
+        )
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     hf.generation_config.eos_token_id = None
@@ -68,16 +78,31 @@ def test_windowed_greedy_matches_transformers_generate(arch, chunk, tmp_path):
     model, _ = load_model(tmp_path)
     ids = prompt()
     with torch.no_grad():
-        expected = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected = hf.generate(
+            torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+        )
     expected = expected[0, PROMPT_LEN:].tolist()
     actual = greedy(model, ids, NEW_TOKENS, chunk=chunk)
-    assert_tokens_equal(expected=expected, actual=actual, label=f"{arch} window={WINDOW} chunk={chunk}",
-                        expected_name="transformers", actual_name="strata")
+    assert_tokens_equal(
+        expected=expected,
+        actual=actual,
+        label=f"{arch} window={WINDOW} chunk={chunk}",
+        expected_name="transformers",
+        actual_name="strata",
+    )
 
 
 def test_a_window_we_cannot_honour_is_refused():
-    d = {"model_type": "llama", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "use_sliding_window": True, "sliding_window": 8}
+    d = {
+        "model_type": "llama",
+        "vocab_size": 96,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "use_sliding_window": True,
+        "sliding_window": 8,
+    }
     with pytest.raises(ValueError, match="sliding_window attention is not supported for llama"):
         ModelConfig.from_hf(d)
 

@@ -1,4 +1,5 @@
 """Tokenizers: byte round trips, special ids, and streaming decode that never emits half a character."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,15 +47,26 @@ def make_hf_tokenizer(tmp_path):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([TEXT * 3, "import os\nimport sys\n"], trainer)
     tok.save(str(tmp_path / "tokenizer.json"))
     return tmp_path
 
 
 def test_hf_tokenizer_stream_matches_decode(tmp_path):
-    config = ModelConfig(architecture="llama", vocab_size=300, hidden_size=8, num_layers=2, num_heads=2, num_kv_heads=1,
-                         head_dim=4, intermediate_size=8, eos_token_id=0)
+    config = ModelConfig(
+        architecture="llama",
+        vocab_size=300,
+        hidden_size=8,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=4,
+        intermediate_size=8,
+        eos_token_id=0,
+    )
     tok = load_tokenizer(make_hf_tokenizer(tmp_path), config)
     assert isinstance(tok, HFTokenizer) and tok.eos_token_id == 0
     text = TEXT + "x = '¿qué?' 🐍🐍"
@@ -67,8 +79,18 @@ def test_hf_tokenizer_stream_matches_decode(tmp_path):
 
 
 def test_load_tokenizer_falls_back_to_bytes(tmp_path):
-    config = ModelConfig(architecture="llama", vocab_size=258, hidden_size=8, num_layers=2, num_heads=2, num_kv_heads=1,
-                         head_dim=4, intermediate_size=8, bos_token_id=256, eos_token_id=257)
+    config = ModelConfig(
+        architecture="llama",
+        vocab_size=258,
+        hidden_size=8,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=4,
+        intermediate_size=8,
+        bos_token_id=256,
+        eos_token_id=257,
+    )
     tok = load_tokenizer(tmp_path, config)
     assert isinstance(tok, ByteTokenizer)
     assert (tok.vocab_size, tok.bos_token_id, tok.eos_token_id) == (258, 256, 257)

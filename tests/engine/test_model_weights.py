@@ -1,4 +1,5 @@
 """Loading HF checkpoints: layouts (per-expert, fused, sharded, tied), exports, and errors that name the tensor."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,10 @@ def copy_checkpoint(src, dst):
 
 
 def test_fused_expert_layout_loads_the_same(hf_checkpoint, tmp_path):
-    for arch, prefix, names in [("qwen3_moe", "mlp", ("gate_proj", "up_proj", "down_proj")), ("mixtral", "block_sparse_moe", ("w1", "w3", "w2"))]:
+    for arch, prefix, names in [
+        ("qwen3_moe", "mlp", ("gate_proj", "up_proj", "down_proj")),
+        ("mixtral", "block_sparse_moe", ("w1", "w3", "w2")),
+    ]:
         src, _ = hf_checkpoint(arch)
         directory, tensors = copy_checkpoint(src, tmp_path / arch)
         config = json.loads((directory / "config.json").read_text())
@@ -44,7 +48,9 @@ def test_fused_expert_layout_loads_the_same(hf_checkpoint, tmp_path):
             tensors[f"{base}.gate_up_proj"] = torch.stack([torch.cat([g, u]) for g, u in zip(gate, up)])  # [E, 2I, D]
             tensors[f"{base}.down_proj"] = torch.stack(down)  # [E, D, I]
         save_file(tensors, str(directory / "model.safetensors"))
-        torch.testing.assert_close(last_logits(load_model(directory)[0], IDS), last_logits(load_model(src)[0], IDS), rtol=0, atol=0)
+        torch.testing.assert_close(
+            last_logits(load_model(directory)[0], IDS), last_logits(load_model(src)[0], IDS), rtol=0, atol=0
+        )
 
 
 def test_sharded_checkpoint(tmp_path):
@@ -77,9 +83,23 @@ def test_our_export_loads_in_transformers(tmp_path):
     """save_hf_weights + hf_config_dict (what the trainer writes) is a checkpoint transformers reads as we do."""
     from transformers import AutoModelForCausalLM
 
-    config = ModelConfig(architecture="qwen3_moe", vocab_size=40, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                         head_dim=8, intermediate_size=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-                         qk_norm=True, moe_layers=(0, 1), rope_theta=500.0, max_position_embeddings=128)
+    config = ModelConfig(
+        architecture="qwen3_moe",
+        vocab_size=40,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        qk_norm=True,
+        moe_layers=(0, 1),
+        rope_theta=500.0,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
     model = Transformer(config)
     for param in model.parameters():
@@ -112,11 +132,17 @@ def test_unknown_architecture(hf_checkpoint, tmp_path):
         load_model(directory)
 
 
-@pytest.mark.parametrize("edit, message", [
-    ("missing", r"missing tensor model\.layers\.1\.self_attn\.k_proj\.weight \(expected shape \[16, 32\]\)"),
-    ("shape", r"tensor model\.layers\.0\.mlp\.experts\.2\.up_proj\.weight has shape \[25, 32\], expected \[24, 32\]"),
-    ("unexpected", r"unexpected tensor model\.layers\.0\.mlp\.surprise\.weight"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("missing", r"missing tensor model\.layers\.1\.self_attn\.k_proj\.weight \(expected shape \[16, 32\]\)"),
+        (
+            "shape",
+            r"tensor model\.layers\.0\.mlp\.experts\.2\.up_proj\.weight has shape \[25, 32\], expected \[24, 32\]",
+        ),
+        ("unexpected", r"unexpected tensor model\.layers\.0\.mlp\.surprise\.weight"),
+    ],
+)
 def test_bad_tensors_are_named(edit, message, hf_checkpoint, tmp_path):
     directory, tensors = copy_checkpoint(hf_checkpoint("qwen2_moe")[0], tmp_path / "m")
     if edit == "missing":

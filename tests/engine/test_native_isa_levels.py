@@ -1,6 +1,7 @@
 """The native ops built at every x86-64 level this CPU runs (g++ -march=x86-64-v2, v3, v4), each checked
 against the ATen path it stands in for on small shapes, and the levels with FMA (v3, v4) against each other
 bit for bit. Slow: each level is a build of its own (~40-70 s once per machine, then torch's cache)."""
+
 from __future__ import annotations
 
 import platform
@@ -48,8 +49,14 @@ def test_the_chunk_op_at_each_level_equals_the_flash_paths(level, tokens, start,
     op = _op(chunk_kernel.native_chunk_attention, level)
     q, keys, values = _chunk(tokens, start, dim, seed=tokens + dim)
     got = op(q, keys, values, start, window)
-    want = aten_row(q.transpose(0, 1)[None], keys[None], values[None], torch.arange(start, start + tokens), True,
-                    None if window < 0 else window)[0].transpose(0, 1)
+    want = aten_row(
+        q.transpose(0, 1)[None],
+        keys[None],
+        values[None],
+        torch.arange(start, start + tokens),
+        True,
+        None if window < 0 else window,
+    )[0].transpose(0, 1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
 
 
@@ -61,7 +68,9 @@ def test_the_decode_op_at_each_level_equals_the_aten_op(level):
     q, k, v = (torch.randn(4, h, 32, generator=g) for h in (8, 4, 4))
     slots, at = torch.tensor([2, 0, 3, -1]), torch.tensor([5, 700, 1500, 0])
     want = per_row_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024)
-    torch.testing.assert_close(op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_the_levels_with_fma_give_the_same_bits():
@@ -82,4 +91,7 @@ def test_the_native_level_gives_the_bits_of_its_x86_64_level():
     if native is None:
         pytest.skip("the op did not build here")
     q, keys, values = _chunk(100, 2000, 32, seed=4)
-    assert torch.equal(native(q, keys, values, 2000, 1024), _op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024))
+    assert torch.equal(
+        native(q, keys, values, 2000, 1024),
+        _op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024),
+    )

@@ -1,5 +1,6 @@
 """Which path serves each native op (runtime/native_ops.py): the faster of the op and ATen's, measured at
 start on the model's shapes, cached per machine; a fake clock decides here, so nothing depends on this CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,7 +52,9 @@ def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
     assert "2.00x ATen's time" in kernels["chunk attention"]["why"]
     assert chunk_kernel.native_chunk_attention() is None  # what attend_row asks: the flash paths serve
     q, keys, values, positions = _chunk()
-    assert torch.equal(attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024))
+    assert torch.equal(
+        attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024)
+    )
     assert "chunk-attention:aten" in ready_line("http://127.0.0.1:1", kernels)
 
 
@@ -71,7 +74,9 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
     monkeypatch.setenv("STRATA_EXPERT_KERNEL", "1")
     kernels = native_ops.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"] == {"path": "aten", "why": "STRATA_CHUNK_KERNEL=0", "march": "native"}
-    assert kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
+    assert (
+        kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
+    )
     assert asked == []
 
 

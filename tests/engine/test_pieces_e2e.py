@@ -5,6 +5,7 @@ The events must show the pieces and the give-way, and every request's greedy tok
 solo tokens, with pieces of 1 chunk, of 3 chunks, and unset (the release); and with the mixed read and the
 pause target, whose runs end early at a chunk when the short E arrives.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,7 +16,9 @@ from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 from tokens_equal import assert_tokens_equal
 
-pytestmark = pytest.mark.slow  # real engines end to end, one per read mode (the scheduler's own tests cover the modes in ms)
+pytestmark = (
+    pytest.mark.slow
+)  # real engines end to end, one per read mode (the scheduler's own tests cover the modes in ms)
 
 CHUNK = 32
 LONG = 12 * CHUNK + 5  # not a whole number of chunks on purpose
@@ -46,7 +49,9 @@ def run_interleaved(piece_chunks: int | None):
     env = {} if piece_chunks is None else {"STRATA_PIPED_READ_PIECE": str(piece_chunks * CHUNK)}
     env["STRATA_PIPED_DECODE_MIN_MS"] = "1"
     long_params = SamplingParams(max_tokens=200, ignore_eos=True)
-    with Engine.from_pretrained(batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env) as engine:
+    with Engine.from_pretrained(
+        batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env
+    ) as engine:
         # A and B decode for the whole test (they are cut to the solo length when compared)
         times: dict[str, list[float]] = {"A": [], "B": []}
 
@@ -93,19 +98,32 @@ def test_interleaved_equals_solo(solo, piece_chunks):
         during = [t for name in "AB" for t in times[name] if c_start < t < c_done]
         assert len(during) >= 2, "A and B got no tokens while C's prompt was read in pieces"
     for name, expected in solo.items():
-        assert_tokens_equal(expected=expected, actual=outs[name].token_ids[: len(expected)], label=f"piece {piece_chunks} {name}",
-                            expected_name="solo", actual_name="interleaved")
+        assert_tokens_equal(
+            expected=expected,
+            actual=outs[name].token_ids[: len(expected)],
+            label=f"piece {piece_chunks} {name}",
+            expected_name="solo",
+            actual_name="interleaved",
+        )
 
 
 # -- the mixed read and the pause target on the real torch pipeline ---------------------------------
-@pytest.mark.parametrize("env", [{"STRATA_PIPED_READ_MIX": "1"}, {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
-                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"},
-                                 {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_DECODE_MERGE": "1"}],
-                         ids=["mixed", "target", "mixed-target", "mixed-merged"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"STRATA_PIPED_READ_MIX": "1"},
+        {"STRATA_PIPED_PAUSE_TARGET_MS": "100"},
+        {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_PAUSE_TARGET_MS": "30"},
+        {"STRATA_PIPED_READ_MIX": "1", "STRATA_PIPED_DECODE_MERGE": "1"},
+    ],
+    ids=["mixed", "target", "mixed-target", "mixed-merged"],
+)
 def test_modes_interleaved_equal_solo(solo, env):
     """C is read while A and B decode; D's read, interrupted by the short E, gives way mid-run."""
     long_params = SamplingParams(max_tokens=200, ignore_eos=True)
-    with Engine.from_pretrained(batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env) as engine:
+    with Engine.from_pretrained(
+        batch=6, batch_groups=2, split=2, prefill_chunk=CHUNK, log_events=False, env=env
+    ) as engine:
         a = engine.submit(PROMPTS["A"], long_params, request_id="A")
         b = engine.submit(PROMPTS["B"], long_params, request_id="B")
         next(iter(a)), next(iter(b))
@@ -116,5 +134,10 @@ def test_modes_interleaved_equal_solo(solo, env):
     yielded = [e for e in events if e.kind == "YIELDED"]
     assert yielded and yielded[0].fields["to"] == "E" and yielded[0].fields["tokens_read"] < LONG
     for name, expected in solo.items():
-        assert_tokens_equal(expected=expected, actual=outs[name].token_ids[: len(expected)], label=f"{env} {name}",
-                            expected_name="solo", actual_name="interleaved")
+        assert_tokens_equal(
+            expected=expected,
+            actual=outs[name].token_ids[: len(expected)],
+            label=f"{env} {name}",
+            expected_name="solo",
+            actual_name="interleaved",
+        )

@@ -1,5 +1,6 @@
 """The prompt cache's pure policy (scheduler/prompt_cache/placement.py, store.py) at the spec's sizes: an agent's
 4,000-token context, 64 new tokens, 512-token chunks; no torch, no executor."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,16 @@ def held_after_turn(salt=None, generation=0):
     return Held(tuple(CONTEXT + REPLY[:-1]), 4000 - 4000 % CHUNK, salt, generation)
 
 
-@pytest.mark.parametrize("a, b, expected", [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2),
-                                            ([1, 2, 3], [1, 9, 3], 1), (list(range(5000)), list(range(4999)) + [0], 4999)])
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ([], [1], 0),
+        ([1, 2, 3], [1, 2, 3], 3),
+        ([1, 2, 3], [1, 2], 2),
+        ([1, 2, 3], [1, 9, 3], 1),
+        (list(range(5000)), list(range(4999)) + [0], 4999),
+    ],
+)
 def test_common_prefix(a, b, expected):
     assert common_prefix(a, b) == expected == common_prefix(b, a)
 
@@ -46,9 +55,11 @@ def test_the_last_prompt_token_is_always_read():
     assert cache.place(CONTEXT[:100], None, 0, free=[0], cold_slot=0).keep == 99
 
 
-@pytest.mark.parametrize("salt, generation, min_tokens, expected", [
-    (None, 0, 32, 3584), ("agent-1", 0, 32, 0), (None, 1, 32, 0), (None, 0, 4000, 0)],
-    ids=["same namespace", "another salt", "KV lost since", "under the threshold"])
+@pytest.mark.parametrize(
+    "salt, generation, min_tokens, expected",
+    [(None, 0, 32, 3584), ("agent-1", 0, 32, 0), (None, 1, 32, 0), (None, 0, 4000, 0)],
+    ids=["same namespace", "another salt", "KV lost since", "under the threshold"],
+)
 def test_what_a_match_needs(salt, generation, min_tokens, expected):
     cache = PrefixCache(num_slots=1, store=None, min_tokens=min_tokens, align=CHUNK)
     assert cache.usable(held_after_turn(), NEXT_TURN, salt, generation) == expected

@@ -1,6 +1,7 @@
 """The prompt cache in the scheduler, over the simulated executor on a fake clock (milliseconds of wall time):
 hits from slots and the host store, evictions, namespaces, cancels, give-way on the uncached rest, and a
 store that runs out of memory. The simulator checks every read starts where the slot's KV ends."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,9 @@ class CachingHarness(Harness):
         self.executor = self.sim
         self.scheduler = Scheduler(self.config, self.sim, clock=self.clock, sink=self.sink, events=self.events)
 
-    def submit(self, request_id: str, prompt: list[int], max_tokens: int = 64, salt: str | None = None,
-               at: float | None = None) -> Request:
+    def submit(
+        self, request_id: str, prompt: list[int], max_tokens: int = 64, salt: str | None = None, at: float | None = None
+    ) -> Request:
         request = Request(request_id, list(prompt), max_tokens, cache_salt=salt)
         self.requests[request_id] = request
         if at is None:
@@ -44,9 +46,12 @@ def test_an_agents_next_turn_reads_only_what_is_new():
     h.run()
     second = h.turn("turn2", first)
     h.run()
-    assert second.cached_tokens == 4063 and second.phase is Phase.FINISHED  # the sim claims no invariance: all fed tokens
-    assert h.fields("CACHE_HIT") == [{"request": "turn2", "slot": first.slot, "tokens": 4063, "source": "slot",
-                                      "prompt_tokens": 4128}]
+    assert (
+        second.cached_tokens == 4063 and second.phase is Phase.FINISHED
+    )  # the sim claims no invariance: all fed tokens
+    assert h.fields("CACHE_HIT") == [
+        {"request": "turn2", "slot": first.slot, "tokens": 4063, "source": "slot", "prompt_tokens": 4128}
+    ]
     assert h.scheduler.stats()["prompt_cache"]["slot_hits"] == 1
 
 
@@ -57,8 +62,14 @@ def test_with_the_cache_off_every_turn_is_read_cold():
     second = h.turn("turn2", first)
     h.run()
     assert second.cached_tokens == 0 and not h.fields("CACHE_HIT")
-    assert h.scheduler.stats()["prompt_cache"] == {"mib": 0, "slot_reuse": False, "store": False, "hits": 0,
-                                                   "evictions": 0, "store_bytes": 0}
+    assert h.scheduler.stats()["prompt_cache"] == {
+        "mib": 0,
+        "slot_reuse": False,
+        "store": False,
+        "hits": 0,
+        "evictions": 0,
+        "store_bytes": 0,
+    }
 
 
 def test_a_prefix_pushed_out_of_its_slot_comes_back_from_the_store():

@@ -1,6 +1,7 @@
 """The scheduler's three read behaviours over the simulated executor on a fake clock, at the spec's
 full sizes (64K / 32K prompts), in milliseconds of wall time. Bounds come from the run's own
 events (piece times, budgets), never from wall-clock thresholds."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from fakes import PIPED, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.scheduler.request import Phase
+
 
 def test_pieces_bound_every_pause_by_one_piece_plus_one_budget():
     h = Harness(**PIPED, piped_read_piece=16 * K)
@@ -91,7 +93,9 @@ def test_give_way_happens_at_the_first_piece_end_after_the_short_request_arrives
     resume = h.events_of("RESUME", "D")[0]
     assert resume.t >= h.events_of("READ_DONE", "E")[0].t and resume.fields["tokens_read"] == 2 * 16 * K
     d_reads = [c[2] for c in h.executor.calls if c[0] == "read" and c[1] == "D"]
-    assert [p for r in d_reads for p in r] == [(s, min(s + 512, 40_000)) for s in range(0, 40_000, 512)]  # nothing re-read
+    assert [p for r in d_reads for p in r] == [
+        (s, min(s + 512, 40_000)) for s in range(0, 40_000, 512)
+    ]  # nothing re-read
     assert h.sink.tokens["D"] and [t for _, t in h.sink.tokens["D"]] == h.solo_tokens("D", 4)
 
 
@@ -283,8 +287,11 @@ def test_scheduler_package_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("config", [dict(piped_read_piece=8 * K), dict(pause_target_ms=500.0), dict(read_mix=1), dict()],
-                         ids=["pieces", "target", "mixed", "release"])
+@pytest.mark.parametrize(
+    "config",
+    [dict(piped_read_piece=8 * K), dict(pause_target_ms=500.0), dict(read_mix=1), dict()],
+    ids=["pieces", "target", "mixed", "release"],
+)
 def test_every_step_is_one_plan_and_at_most_one_executor_call(config):
     from strata_engine.scheduler.plans import BoundaryPlan, LeadInPlan, ReadPlan, Start
 

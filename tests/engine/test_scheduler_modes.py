@@ -2,6 +2,7 @@
 and the pause target (a read run that ends itself at the target, by its own measured chunk completions), both ending a run early at a
 chunk boundary when a short request could take over; over the simulated executor on a fake clock
 (the real torch pipeline's run of these modes is in test_pieces_e2e.py)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,8 +19,13 @@ from tokens_equal import assert_tokens_equal
 def assert_solo(h: Harness, names: list[str]) -> None:
     for name in names:
         got = [t for _, t in h.sink.tokens[name]]
-        assert_tokens_equal(expected=h.solo_tokens(name, len(got)), actual=got, label=name, expected_name="solo",
-                            actual_name="interleaved")
+        assert_tokens_equal(
+            expected=h.solo_tokens(name, len(got)),
+            actual=got,
+            label=name,
+            expected_name="solo",
+            actual_name="interleaved",
+        )
 
 
 # -- the mixed read ---------------------------------------------------------------------------------
@@ -50,7 +56,9 @@ def test_mixed_read_gives_way_at_the_next_chunk_boundary():
     assert y.request_id == "D" and y.fields["to"] == "E"
     assert 0 < y.fields["tokens_read"] < 40_000 and y.fields["tokens_read"] % 512 == 0
     chunk_s = 0.1 * 512 / 1000  # one 512-token chunk on one stage of TEST_PROFILE
-    assert y.t - h.requests["E"].arrival <= (PIPED["num_stages"] + 1) * chunk_s + 0.05  # the chunks in flight, not the run
+    assert (
+        y.t - h.requests["E"].arrival <= (PIPED["num_stages"] + 1) * chunk_s + 0.05
+    )  # the chunks in flight, not the run
     assert h.events_of("RESUME", "D")[0].t >= h.events_of("READ_DONE", "E")[0].t
     d_chunks = [p for c in h.executor.calls if c[0] == "mixed" and c[1] == "D" for p in c[2]]
     read = sum(m.fields["tokens"] for m in h.events_of("MIX", "D"))
@@ -92,7 +100,9 @@ def test_mixed_read_under_a_pause_target_spaces_the_decode_tokens_up_to_the_targ
         h.run()
         mix = h.events_of("MIX", "long")
         assert [m.fields["tokens"] for m in mix] == [40_000]  # one run: a piece would only add a pause
-        start = h.events_of("READ_START", "long")[0].t + TEST_PROFILE.read_run_ms / 1000  # the run's fixed cost is paid once
+        start = (
+            h.events_of("READ_START", "long")[0].t + TEST_PROFILE.read_run_ms / 1000
+        )  # the run's fixed cost is paid once
         done = h.events_of("READ_DONE", "long")[0].t
         gap = max(h.sink.longest_gap(n, since=start, until=done) for n in names)
         assert_solo(h, names + ["long"])
@@ -112,19 +122,41 @@ def test_the_modes_need_an_executor_that_takes_their_arguments():
             raise AssertionError("never called")
 
     with pytest.raises(ValueError, match="STRATA_PIPED_READ_MIX=1 needs an executor with mixed"):
-        Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), ReadOnly(), clock=lambda: 0.0, sink=None, events=EventLog())
+        Scheduler(
+            SchedulerConfig(batch=4, batch_groups=2, read_mix=1),
+            ReadOnly(),
+            clock=lambda: 0.0,
+            sink=None,
+            events=EventLog(),
+        )
 
     class OldMixer(ReadOnly):
         def mixed(self, request, chunks, groups, on_token, should_stop=None):
             raise AssertionError("never called")
 
     with pytest.raises(ValueError, match=r"mixed\(\) takes max_gap_ms"):
-        Scheduler(SchedulerConfig(batch=4, batch_groups=2, read_mix=1), OldMixer(), clock=lambda: 0.0, sink=None, events=EventLog())
+        Scheduler(
+            SchedulerConfig(batch=4, batch_groups=2, read_mix=1),
+            OldMixer(),
+            clock=lambda: 0.0,
+            sink=None,
+            events=EventLog(),
+        )
     with pytest.raises(ValueError, match=r"read\(\) takes should_stop and budget_ms"):
-        Scheduler(SchedulerConfig(batch=4, batch_groups=2, pause_target_ms=500.0), ReadOnly(), clock=lambda: 0.0, sink=None,
-                  events=EventLog())
-    Scheduler(SchedulerConfig(batch=4, batch_groups=2, piped_read_piece=512), ReadOnly(), clock=lambda: 0.0, sink=None,
-              events=EventLog())  # the spec's modes never ask
+        Scheduler(
+            SchedulerConfig(batch=4, batch_groups=2, pause_target_ms=500.0),
+            ReadOnly(),
+            clock=lambda: 0.0,
+            sink=None,
+            events=EventLog(),
+        )
+    Scheduler(
+        SchedulerConfig(batch=4, batch_groups=2, piped_read_piece=512),
+        ReadOnly(),
+        clock=lambda: 0.0,
+        sink=None,
+        events=EventLog(),
+    )  # the spec's modes never ask
 
 
 # -- the pause target -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Boundary stress: chunk sizes 1, 4, 16; pieces of one chunk and of 32; every behaviour. Each request
 must read every prompt position exactly once, in order, and produce exactly its solo tokens."""
+
 from __future__ import annotations
 
 import threading
@@ -10,8 +11,16 @@ import pytest
 from fakes import Harness
 from strata_engine.executors.sim.profile import CostProfile
 
-CHEAP = CostProfile(name="cheap", num_stages=2, read_run_ms=2.0, read_token_ms=0.05, read_chunk_ms=0.2,
-                    read_token_kctx_ms=0.01, decode_step_ms=1.0, decode_seq_ms=0.2)
+CHEAP = CostProfile(
+    name="cheap",
+    num_stages=2,
+    read_run_ms=2.0,
+    read_token_ms=0.05,
+    read_chunk_ms=0.2,
+    read_token_kctx_ms=0.01,
+    decode_step_ms=1.0,
+    decode_seq_ms=0.2,
+)
 
 MODES = {
     "one-group": dict(batch_groups=1),
@@ -25,8 +34,17 @@ MODES = {
 def build(chunk: int, mode: str) -> Harness:
     opts = dict(MODES[mode])
     piece = opts.pop("piece_chunks", 0) * chunk
-    return Harness(CHEAP, batch=4, num_stages=2, prefill_chunk=chunk, ctx=4096, piped_read_piece=piece,
-                   decode_min_ms=1.0, decode_max_ms=20.0, **opts)
+    return Harness(
+        CHEAP,
+        batch=4,
+        num_stages=2,
+        prefill_chunk=chunk,
+        ctx=4096,
+        piped_read_piece=piece,
+        decode_min_ms=1.0,
+        decode_max_ms=20.0,
+        **opts,
+    )
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

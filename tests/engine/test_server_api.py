@@ -1,6 +1,7 @@
 """The HTTP API (docs/API.md) over a real uvicorn server, driven by the `openai` client and raw httpx,
 against the fake engine (tests/engine/fake_engine.py): formats, streaming, errors, auth, events,
 metrics, disconnects. The same checks against the real engine are in test_server_engine.py."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ def sse_events(response: httpx.Response) -> list:
     out = []
     for line in response.iter_lines():
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
@@ -55,24 +56,21 @@ def solo(engine, prompt, **params):
     return engine.generate(prompt, SamplingParams(**params))
 
 
-
-
-
-
 # ---- completions -------------------------------------------------------------------------------
+
 
 def test_text_and_token_id_prompts_give_the_engines_greedy_output(client, engine):
     expect = solo(engine, "The cat", max_tokens=12, temperature=0)
-    got = client.completions.create(model=M, prompt="The cat", max_tokens=12, temperature=0,
-                                    extra_body={"return_token_ids": True})
+    got = client.completions.create(
+        model=M, prompt="The cat", max_tokens=12, temperature=0, extra_body={"return_token_ids": True}
+    )
     choice = got.choices[0]
     assert choice.text == expect.text
     assert choice.finish_reason == expect.finish_reason == "length"
     assert choice.model_extra["token_ids"] == expect.token_ids
     assert choice.model_extra["prompt_token_ids"] == expect.prompt_token_ids
     assert got.usage.prompt_tokens == 7 and got.usage.completion_tokens == 12 and got.usage.total_tokens == 19
-    by_ids = client.completions.create(model=M, prompt=engine.tokenizer.encode("The cat"), max_tokens=12,
-                                       temperature=0)
+    by_ids = client.completions.create(model=M, prompt=engine.tokenizer.encode("The cat"), max_tokens=12, temperature=0)
     assert by_ids.choices[0].text == expect.text
     assert got.id.startswith("cmpl-")
 
@@ -85,9 +83,12 @@ def test_stream_is_one_event_per_token_then_usage_then_done(url, engine):
         events = sse_events(r)
     assert events[-1] == "[DONE]"
     usage_event, token_events = events[-2], events[:-2]
-    assert usage_event["choices"] == [] and usage_event["usage"] == {"prompt_tokens": 9, "completion_tokens": 9,
-                                                                     "total_tokens": 18,
-                                                                     "prompt_tokens_details": {"cached_tokens": 0}}
+    assert usage_event["choices"] == [] and usage_event["usage"] == {
+        "prompt_tokens": 9,
+        "completion_tokens": 9,
+        "total_tokens": 18,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert len(token_events) == 9
     assert all(len(e["choices"][0]["token_ids"]) == 1 for e in token_events)
     assert [e["choices"][0]["finish_reason"] for e in token_events] == [None] * 8 + ["length"]
@@ -111,8 +112,11 @@ def test_an_eos_finish_comes_in_one_more_event_without_a_token(url):
 
 def test_openai_client_streaming_and_usage_opt_out(client, engine):
     expect = solo(engine, "abc", max_tokens=6, temperature=0)
-    chunks = list(client.completions.create(model=M, prompt="abc", max_tokens=6, temperature=0, stream=True,
-                                            stream_options={"include_usage": False}))
+    chunks = list(
+        client.completions.create(
+            model=M, prompt="abc", max_tokens=6, temperature=0, stream=True, stream_options={"include_usage": False}
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks) == expect.text
     assert all(c.usage is None for c in chunks)
 
@@ -123,7 +127,9 @@ def test_stop_string_ends_the_text_before_it(client, engine):
     cut = full[: full.index(stop)]
     got = client.completions.create(model=M, prompt="stop test", max_tokens=20, temperature=0, stop=[stop])
     assert (got.choices[0].text, got.choices[0].finish_reason) == (cut, "stop")
-    chunks = list(client.completions.create(model=M, prompt="stop test", max_tokens=20, temperature=0, stop=stop, stream=True))
+    chunks = list(
+        client.completions.create(model=M, prompt="stop test", max_tokens=20, temperature=0, stop=stop, stream=True)
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == cut
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
 
@@ -136,7 +142,9 @@ def test_logprobs_legacy_form(client):
     assert lp.text_offset == list(range(5))
     for chosen, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
         assert logprob <= 0 and top[chosen] == logprob and 1 <= len(top) <= 3
-    chunks = list(client.completions.create(model=M, prompt="log", max_tokens=5, temperature=0, logprobs=2, stream=True))
+    chunks = list(
+        client.completions.create(model=M, prompt="log", max_tokens=5, temperature=0, logprobs=2, stream=True)
+    )
     streamed = [c.choices[0].logprobs.token_logprobs[0] for c in chunks if c.choices]
     assert streamed == lp.token_logprobs
 
@@ -149,11 +157,13 @@ def test_seeded_sampling_repeats(client):
 
 # ---- chat --------------------------------------------------------------------------------------
 
+
 def test_chat_uses_the_role_template(client, engine):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     expect = solo(engine, "system: be brief\nuser: hi\nassistant: ", max_tokens=8, temperature=0)
-    got = client.chat.completions.create(model=M, messages=messages, max_tokens=8, temperature=0,
-                                         extra_body={"return_token_ids": True})
+    got = client.chat.completions.create(
+        model=M, messages=messages, max_tokens=8, temperature=0, extra_body={"return_token_ids": True}
+    )
     assert got.object == "chat.completion" and got.id.startswith("chatcmpl-")
     assert got.choices[0].message.role == "assistant"
     assert got.choices[0].message.content == expect.text
@@ -167,14 +177,21 @@ def test_chat_uses_the_role_template(client, engine):
 
 
 def test_chat_logprobs_and_max_completion_tokens(client):
-    got = client.chat.completions.create(model=M, messages=[{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-                                         max_completion_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    got = client.chat.completions.create(
+        model=M,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+        max_completion_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
     content = got.choices[0].logprobs.content
     assert len(content) == 4 and all(len(c.top_logprobs) == 2 for c in content)
     assert "".join(c.token for c in content) == got.choices[0].message.content
 
 
 # ---- other endpoints ---------------------------------------------------------------------------
+
 
 def test_models_engine_health(url, client):
     assert httpx.get(url + "/health").json() == {"status": "ok"}
@@ -186,7 +203,9 @@ def test_models_engine_health(url, client):
 
 
 def test_request_id_header_names_the_request_and_its_events(url):
-    r = httpx.post(url + "/v1/completions", json={"prompt": "id", "max_tokens": 2}, headers={"X-Request-Id": "my-req.1"})
+    r = httpx.post(
+        url + "/v1/completions", json={"prompt": "id", "max_tokens": 2}, headers={"X-Request-Id": "my-req.1"}
+    )
     assert r.json()["id"] == "cmpl-my-req.1" and r.headers["x-request-id"] == "my-req.1"
     events = [json.loads(line) for line in httpx.get(url + "/v1/events").text.splitlines()]
     assert {"ADMIT", "FINISH"} <= {e["kind"] for e in events if e["request_id"] == "my-req.1"}
@@ -228,7 +247,14 @@ def test_metrics_count_requests_tokens_and_slots(url):
     httpx.post(url + "/v1/completions", json={"prompt": "count", "max_tokens": 3})
     assert metric(url, "strata_generation_tokens_total") == before + 3
     assert metric(url, "strata_slots_total") == 4
-    for name in ("strata_slots_busy", "strata_queue_length", "strata_read_pieces_total", "strata_give_ways_total",
-                 "strata_decode_pause_seconds_count", "strata_http_requests_total", "strata_requests_total"):
+    for name in (
+        "strata_slots_busy",
+        "strata_queue_length",
+        "strata_read_pieces_total",
+        "strata_give_ways_total",
+        "strata_decode_pause_seconds_count",
+        "strata_http_requests_total",
+        "strata_requests_total",
+    ):
         metric(url, name)
     assert metric(url, "strata_decode_pause_seconds_count") > 0

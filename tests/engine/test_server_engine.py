@@ -1,6 +1,7 @@
 """The HTTP API over the real Engine: the simulated executor (fast, deterministic, no weights) for the
 openai-client round trips, 32 streams on 4 slots and disconnects; the torch executor for greedy equality
 with the Python API, on a tiny random MoE checkpoint now and on the shipped tiny model once it exists."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,18 +18,16 @@ import strata_engine.engine as engine_mod
 import strata_engine.engine_info as engine_info
 from server_helpers import metric, serving, wait_for
 from tokens_equal import assert_tokens_equal
+
 Engine = engine_mod.Engine
 GREEDY = dict(temperature=0, ignore_eos=True)
 
 
-
-
-
-
 @pytest.fixture(scope="module")
 def sim():
-    engine = Engine.from_pretrained(executor="sim", batch=4, ctx=4096, prefill_chunk=64, time_scale=50.0,
-                                    log_events=False)
+    engine = Engine.from_pretrained(
+        executor="sim", batch=4, ctx=4096, prefill_chunk=64, time_scale=50.0, log_events=False
+    )
     with engine:
         yield engine
 
@@ -44,20 +43,39 @@ def test_openai_client_round_trips_on_the_sim_engine(sim, sim_url):
     model = client.models.list().data[0].id
     assert model == sim.model_name
     want = sim.generate(["Hello, strata"], SamplingParams(max_tokens=20, **GREEDY))[0]
-    text = client.completions.create(model=model, prompt="Hello, strata", max_tokens=20, temperature=0,
-                                     extra_body={"ignore_eos": True, "return_token_ids": True})
+    text = client.completions.create(
+        model=model,
+        prompt="Hello, strata",
+        max_tokens=20,
+        temperature=0,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
     assert text.choices[0].model_extra["token_ids"] == want.token_ids
-    ids = client.completions.create(model=model, prompt=want.prompt_token_ids, max_tokens=20, temperature=0,
-                                    extra_body={"ignore_eos": True, "return_token_ids": True})
+    ids = client.completions.create(
+        model=model,
+        prompt=want.prompt_token_ids,
+        max_tokens=20,
+        temperature=0,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
     assert ids.choices[0].model_extra["token_ids"] == want.token_ids
-    chunks = list(client.completions.create(model=model, prompt="Hello, strata", max_tokens=20, temperature=0,
-                                            stream=True, extra_body={"ignore_eos": True, "return_token_ids": True}))
+    chunks = list(
+        client.completions.create(
+            model=model,
+            prompt="Hello, strata",
+            max_tokens=20,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+    )
     streamed = [t for c in chunks if c.choices for t in c.choices[0].model_extra["token_ids"]]
     assert streamed == want.token_ids
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].usage.completion_tokens == 20
-    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
-                                          temperature=0)
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0
+    )
     assert chat.usage.completion_tokens <= 5 and chat.usage.prompt_tokens == len("user: hi\nassistant: ")
 
 
@@ -85,7 +103,9 @@ def test_32_streams_on_4_slots_each_equal_to_its_solo_output(sim, sim_url):
 
     for prompt, (ids, finish, done) in zip(prompts, asyncio.run(run_all())):
         assert done and finish == "length", prompt
-        assert_tokens_equal(expected=solo[prompt], actual=ids, label=repr(prompt), expected_name="python", actual_name="http")
+        assert_tokens_equal(
+            expected=solo[prompt], actual=ids, label=repr(prompt), expected_name="python", actual_name="http"
+        )
     assert sim.stats()["free_slots"] == 4 and sim.stats()["waiting"] == 0
 
 
@@ -113,9 +133,14 @@ def random_moe_dir(tmp_path_factory):
     from helpers import COMMON, INIT_RANGE
     from transformers import AutoModelForCausalLM, Qwen2MoeConfig
 
-    config = Qwen2MoeConfig(**{**COMMON, "vocab_size": 258, "max_position_embeddings": 512}, num_experts=4,
-                            num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40,
-                            initializer_range=INIT_RANGE)
+    config = Qwen2MoeConfig(
+        **{**COMMON, "vocab_size": 258, "max_position_embeddings": 512},
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        shared_expert_intermediate_size=40,
+        initializer_range=INIT_RANGE,
+    )
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     directory = tmp_path_factory.mktemp("random_moe")
@@ -136,24 +161,46 @@ def test_greedy_over_http_equals_the_python_api_on_the_torch_engine(which, reque
         want = engine.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
         for prompt, expect in zip(prompts, want):
-            got = client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12, temperature=0,
-                                            extra_body={"ignore_eos": True, "return_token_ids": True})
+            got = client.completions.create(
+                model=engine.model_name,
+                prompt=prompt,
+                max_tokens=12,
+                temperature=0,
+                extra_body={"ignore_eos": True, "return_token_ids": True},
+            )
             ids = got.choices[0].model_extra["token_ids"]
-            assert_tokens_equal(expected=expect.token_ids, actual=ids, label=repr(prompt), expected_name="python", actual_name="http")
+            assert_tokens_equal(
+                expected=expect.token_ids, actual=ids, label=repr(prompt), expected_name="python", actual_name="http"
+            )
             assert got.choices[0].text == expect.text
-            chunks = list(client.completions.create(model=engine.model_name, prompt=prompt, max_tokens=12,
-                                                    temperature=0, stream=True,
-                                                    extra_body={"ignore_eos": True, "return_token_ids": True}))
+            chunks = list(
+                client.completions.create(
+                    model=engine.model_name,
+                    prompt=prompt,
+                    max_tokens=12,
+                    temperature=0,
+                    stream=True,
+                    extra_body={"ignore_eos": True, "return_token_ids": True},
+                )
+            )
             streamed = [t for c in chunks if c.choices for t in c.choices[0].model_extra["token_ids"]]
-            assert_tokens_equal(expected=expect.token_ids, actual=streamed, label=f"{prompt!r} streamed", expected_name="python",
-                                actual_name="http")
+            assert_tokens_equal(
+                expected=expect.token_ids,
+                actual=streamed,
+                label=f"{prompt!r} streamed",
+                expected_name="python",
+                actual_name="http",
+            )
             assert "".join(c.choices[0].text for c in chunks if c.choices) == expect.text
 
 
 CACHE_PROMPT = [(7 + 31 * i) % 250 for i in range(100)]  # 100 tokens: 96 reusable in whole 16-token chunks on CPU
 OTHER_PROMPT = [(3 + 17 * i) % 250 for i in range(60)]
-CACHE_METRICS = ("strata_prompt_cache_queries_total", "strata_prompt_cache_hits_total",
-                 "strata_prompt_cache_evicted_tokens_total")
+CACHE_METRICS = (
+    "strata_prompt_cache_queries_total",
+    "strata_prompt_cache_hits_total",
+    "strata_prompt_cache_evicted_tokens_total",
+)
 
 
 def _sample(url: str, line_start: str) -> float:
@@ -171,8 +218,12 @@ def test_prompt_cache_metrics_grow_by_the_cached_tokens_usage_reports(mib):
     engine = Engine.from_pretrained(batch=1, prefill_chunk=16, prompt_cache_mib=mib, log_events=False)
     with engine, serving(engine) as (url, _app):
         before = {name: metric(url, name) for name in CACHE_METRICS}
-        usages = [httpx.post(url + "/v1/completions", json={"prompt": CACHE_PROMPT, "max_tokens": 4, **GREEDY},
-                             timeout=300).json()["usage"] for _ in range(2)]
+        usages = [
+            httpx.post(
+                url + "/v1/completions", json={"prompt": CACHE_PROMPT, "max_tokens": 4, **GREEDY}, timeout=300
+            ).json()["usage"]
+            for _ in range(2)
+        ]
         first, second = (u["prompt_tokens_details"]["cached_tokens"] for u in usages)
         grew = {name: metric(url, name) - before[name] for name in CACHE_METRICS}
         assert grew["strata_prompt_cache_queries_total"] == 2 * len(CACHE_PROMPT)
@@ -203,8 +254,13 @@ def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_reques
         info = engine.info()
         kv = info["kv"]
         assert info["mkl_cbwr"] == "AUTO,STRICT", info["mkl_cbwr"]  # the suite's conftest pins it as a model load does
-        assert kv == {"dtype": "float32", "bytes_per_position": 4 * 2 * 4 * 32 * 4, "positions_per_slot": 131072,
-                      "reserved_bytes": 4096 * 131072 * 2, "committed": "as written"}
+        assert kv == {
+            "dtype": "float32",
+            "bytes_per_position": 4 * 2 * 4 * 32 * 4,
+            "positions_per_slot": 131072,
+            "reserved_bytes": 4096 * 131072 * 2,
+            "committed": "as written",
+        }
         if before is not None:  # Linux
             grown = info["rss_bytes"] - before
             assert grown < kv["reserved_bytes"] // 4, f"the engine added {grown} bytes resident"

@@ -1,5 +1,6 @@
 """Bad input is a 4xx with an OpenAI-style body naming the field; one request's internal failure is a
 500 for it alone; api keys; health while loading. Fake engine behind a real uvicorn server."""
+
 from __future__ import annotations
 
 import threading
@@ -105,7 +106,7 @@ def test_body_over_the_limit_is_413_declared_or_chunked(url):
 
     def chunks():  # no Content-Length: the limit is enforced while reading
         for i in range(0, len(big), 1024):
-            yield big[i:i + 1024]
+            yield big[i : i + 1024]
 
     r = httpx.post(url + "/v1/completions", content=chunks(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and "limit" in error_of(r)["message"]
@@ -158,7 +159,9 @@ def test_api_key_is_required_except_for_health(engine):
             assert httpx.post(url + "/v1/completions", json={"prompt": "x"}, headers=headers).status_code == 401
         good = {"Authorization": "Bearer sekrit"}
         assert httpx.get(url + "/v1/models", headers=good).status_code == 200
-        assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=good).status_code == 200
+        assert (
+            httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=good).status_code == 200
+        )
         text = httpx.get(url + "/metrics", headers=good).text
         assert 'strata_http_requests_total{endpoint="/v1/models",status="401"} 3.0' in text
 

@@ -1,6 +1,7 @@
 """Many clients and departing clients: 32 streams on 4 slots all complete, unmixed, each equal to its
 solo output; requests wait in arrival order; a client that leaves mid-stream, mid-wait or during a
 non-streaming request has its request cancelled and its slot freed, and the others go on."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,10 +17,6 @@ from fake_engine import FakeEngine
 from strata_engine.params import SamplingParams
 from server_helpers import metric, serving, wait_for
 from tokens_equal import assert_tokens_equal
-
-
-
-
 
 
 async def stream_one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict:
@@ -67,8 +64,13 @@ def test_32_streams_on_4_slots_all_complete_each_equal_to_its_solo_output():
         for prompt, got in zip(prompts, results):
             expect = solo[prompt]
             assert got["done"] and got["finish"] == "length", prompt
-            assert_tokens_equal(expected=expect.token_ids, actual=got["ids"], label=repr(prompt), expected_name="solo",
-                                actual_name="http")
+            assert_tokens_equal(
+                expected=expect.token_ids,
+                actual=got["ids"],
+                label=repr(prompt),
+                expected_name="solo",
+                actual_name="http",
+            )
             assert got["text"] == expect.text
         assert len({next(iter(r["cmpl"])) for r in results}) == 32 and all(len(r["cmpl"]) == 1 for r in results)
         assert peak[0] <= 4
@@ -80,12 +82,20 @@ def test_requests_beyond_the_slots_wait_and_are_admitted_in_arrival_order():
         threads = []
         for i in range(5):
             body = {"prompt": f"queued {i}", "max_tokens": 15, "temperature": 0}
-            t = threading.Thread(target=httpx.post, args=(url + "/v1/completions",),
-                                 kwargs={"json": body, "headers": {"X-Request-Id": f"q{i}"}, "timeout": 30})
+            t = threading.Thread(
+                target=httpx.post,
+                args=(url + "/v1/completions",),
+                kwargs={"json": body, "headers": {"X-Request-Id": f"q{i}"}, "timeout": 30},
+            )
             t.start()
             threads.append(t)
-            wait_for(lambda: f"q{i}" in app.state.strata.relays or
-                     any(e.request_id == f"q{i}" for e in engine.events.of_kind("FINISH")), what=f"q{i} submitted")
+            wait_for(
+                lambda: (
+                    f"q{i}" in app.state.strata.relays
+                    or any(e.request_id == f"q{i}" for e in engine.events.of_kind("FINISH"))
+                ),
+                what=f"q{i} submitted",
+            )
         for t in threads:
             t.join(30)
         admitted = [e.request_id for e in engine.events.of_kind("ADMIT")]
@@ -100,12 +110,18 @@ def test_a_client_leaving_mid_stream_frees_its_slot_and_the_others_go_on():
         kept: list = []
         stayer = threading.Thread(target=lambda: kept.append(asyncio.run(_stream_solo(url, keep))))
         stayer.start()
-        with httpx.stream("POST", url + "/v1/completions", headers={"X-Request-Id": "leaver"},
-                          json={"prompt": "the one that leaves", "max_tokens": 3000, "stream": True, "ignore_eos": True}) as r:
+        with httpx.stream(
+            "POST",
+            url + "/v1/completions",
+            headers={"X-Request-Id": "leaver"},
+            json={"prompt": "the one that leaves", "max_tokens": 3000, "stream": True, "ignore_eos": True},
+        ) as r:
             for i, _line in enumerate(r.iter_lines()):
                 if i >= 6:
                     break  # closing the response closes the connection: the client is gone
-        wait_for(lambda: any(e.request_id == "leaver" for e in engine.events.of_kind("FINISH")), what="leaver cancelled")
+        wait_for(
+            lambda: any(e.request_id == "leaver" for e in engine.events.of_kind("FINISH")), what="leaver cancelled"
+        )
         finish = next(e for e in engine.events.of_kind("FINISH") if e.request_id == "leaver")
         assert finish.fields["reason"] == "cancelled" and finish.fields["tokens"] < 3000
         assert any(e.request_id == "leaver" for e in engine.events.of_kind("BSTOP"))
@@ -126,21 +142,33 @@ async def _stream_solo(url: str, body: dict) -> dict:
 
 def test_a_client_leaving_while_queued_or_non_streaming_is_cancelled():
     with FakeEngine(batch=1, ctx=8192, step_s=0.005) as engine, serving(engine) as (url, _app):
-        with httpx.stream("POST", url + "/v1/completions", headers={"X-Request-Id": "holder"},
-                          json={"prompt": "holds the slot", "max_tokens": 5000, "stream": True, "ignore_eos": True}) as holder:
+        with httpx.stream(
+            "POST",
+            url + "/v1/completions",
+            headers={"X-Request-Id": "holder"},
+            json={"prompt": "holds the slot", "max_tokens": 5000, "stream": True, "ignore_eos": True},
+        ) as holder:
             lines = holder.iter_lines()  # keep the iterator: dropping it would close the connection
             next(lines)
             # Queued behind the holder; its client gives up before it ever gets a slot.
             with pytest.raises(httpx.ReadTimeout):
-                httpx.post(url + "/v1/completions", json={"prompt": "waits", "max_tokens": 5},
-                           headers={"X-Request-Id": "waiter"}, timeout=0.5)
+                httpx.post(
+                    url + "/v1/completions",
+                    json={"prompt": "waits", "max_tokens": 5},
+                    headers={"X-Request-Id": "waiter"},
+                    timeout=0.5,
+                )
             wait_for(lambda: any(e.request_id == "waiter" for e in engine.events.of_kind("FINISH")), what="waiter")
             assert engine.stats()["queue_len"] == 0
         wait_for(lambda: engine.stats()["slots_busy"] == 0, what="holder's slot freed")
         # Non-streaming, in a slot, client times out mid-generation.
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url + "/v1/completions", json={"prompt": "slow", "max_tokens": 5000, "ignore_eos": True},
-                       headers={"X-Request-Id": "impatient"}, timeout=0.5)
+            httpx.post(
+                url + "/v1/completions",
+                json={"prompt": "slow", "max_tokens": 5000, "ignore_eos": True},
+                headers={"X-Request-Id": "impatient"},
+                timeout=0.5,
+            )
         wait_for(lambda: any(e.request_id == "impatient" for e in engine.events.of_kind("FINISH")), what="impatient")
         wait_for(lambda: engine.stats()["slots_busy"] == 0, what="slot freed")
         reasons = {e.request_id: e.fields["reason"] for e in engine.events.of_kind("FINISH")}

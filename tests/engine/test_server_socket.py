@@ -1,5 +1,6 @@
 """The server's socket: every accepted connection has TCP_NODELAY, so a token written on a kept-alive
 connection leaves at once instead of waiting behind Nagle's algorithm for the client's delayed ACK."""
+
 from __future__ import annotations
 
 import asyncio
@@ -81,4 +82,5 @@ def test_first_token_on_a_reused_connection_is_not_held_back():
     print(f"first token: new connection {fresh_ms:.2f} ms, reused connection {reused_ms:.2f} ms (medians of 10)")
     assert reused_ms < fresh_ms + 20.0, (
         f"a reused connection's first token took {reused_ms:.1f} ms against {fresh_ms:.1f} ms on a new one: "
-        "the delayed-ACK stall of Nagle's algorithm (is TCP_NODELAY set on accepted sockets?)")
+        "the delayed-ACK stall of Nagle's algorithm (is TCP_NODELAY set on accepted sockets?)"
+    )

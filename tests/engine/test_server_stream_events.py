@@ -1,5 +1,6 @@
 """The SSE loop (server/routes._stream) on items that reach it in one drain, as the engine thread can post
 them: the event boundaries must not depend on that timing. A fake relay hands a whole stream over at once."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,14 +28,15 @@ class QueuedRelay:
 
 
 def events_of(items, prompt_ids=(101, 102)) -> list:
-    render = Render(kind="completion", request_id="r1", model="m", prompt_ids=prompt_ids, token_str=chr,
-                    return_token_ids=True)
+    render = Render(
+        kind="completion", request_id="r1", model="m", prompt_ids=prompt_ids, token_str=chr, return_token_ids=True
+    )
 
     async def collect():
         return b"".join([chunk async for chunk in _stream(QueuedRelay(items), render, True, len(prompt_ids))])
 
     raw = asyncio.run(collect()).decode()
-    payloads = [line[len("data: "):] for line in raw.split("\n") if line.startswith("data: ")]
+    payloads = [line[len("data: ") :] for line in raw.split("\n") if line.startswith("data: ")]
     return [p if p == "[DONE]" else json.loads(p) for p in payloads]
 
 

@@ -2,6 +2,7 @@
 as it is) is the byte tokenizer: every byte is its own id, <bos> = 256, <eos> = 257, nothing added on
 encode; the engine's own loader, transformers' AutoTokenizer and the plain byte tokenizer give the same ids
 and the same streamed text, multi-byte and broken UTF-8 included."""
+
 from __future__ import annotations
 
 import random

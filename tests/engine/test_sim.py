@@ -1,5 +1,6 @@
 """The simulated executor: its cost model, pipeline arithmetic, deterministic tokens, protocol checks,
 profile loading; and the virtual clock it runs on in tests."""
+
 from __future__ import annotations
 
 import json

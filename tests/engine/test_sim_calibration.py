@@ -1,6 +1,7 @@
 """Shape check of the shipped `pr2050-2x5090` profile: the scheduler over the simulated executor, at
 the spec's full sizes (64K / 32K / 45K prompts, four streams), on a virtual clock. Model time, so it is
 deterministic; tolerances are loose because this checks the shape of the spec's tables, not timing."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,6 +28,7 @@ def test_longest_pause_release_12s_32k_pieces_4s_16k_pieces_2_6s(joiners):
 def test_pieces_trade_ttft_and_total_pause_for_short_pauses(joiners):
     def row(name):
         return [m[name] for m in joiners]
+
     paused = row("total time paused per stream (s)")
     assert paused[0] < paused[1] < paused[2]  # "the total time paused stays about the same" (it grows a little)
     assert paused[2] < 1.5 * paused[0]

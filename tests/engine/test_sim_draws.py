@@ -1,4 +1,5 @@
 """The simulator's tokens: greedy takes the most likely, seeded sampling draws, repeatably, as the sampler would."""
+
 from __future__ import annotations
 
 import hashlib

@@ -19,6 +19,7 @@ engine modules move), with a wrapper that calls the original except in the bug's
   compiled-window   the compiled decode step (the default layout's) attends over one position fewer than
                     the window, so only rows past the window differ (eager reads and steps are right)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,15 @@ import sys
 TARGETS = {
     "prefix-attention": ("strata_engine.model.transformer.attend_row",),
     "piece-start": ("strata_engine.scheduler.plans.next_read_chunks",),
-    "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",
-                      "strata_engine.torch_executor.TorchExecutor._deliver"),
+    "corrupt-token": (
+        "strata_engine.executors.torch_executor.TorchExecutor._deliver",
+        "strata_engine.torch_executor.TorchExecutor._deliver",
+    ),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
-    "cache-salt": ("strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",
-                   "strata_engine.scheduler.prefix_cache.PrefixCache.place"),
+    "cache-salt": (
+        "strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",
+        "strata_engine.scheduler.prefix_cache.PrefixCache.place",
+    ),
     "compiled-window": ("strata_engine.runtime.compiled_step.CompiledDecode._forward",),
 }
 CORRUPT_INDEX = 3
@@ -76,6 +81,7 @@ def prefix_attention(original):
         seen[:, start - 1] = False  # the bug: the prefix's last position is left out
         mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
     return attend_row
 
 
@@ -87,6 +93,7 @@ def piece_start(original):
         if tokens_read > 0 and unit_tokens > 0 and end < prompt_tokens:
             chunks[0] = (start - chunk, end - chunk)  # the bug: one chunk early
         return chunks
+
     return next_read_chunks
 
 
@@ -100,7 +107,9 @@ def corrupt_token(original):
             if request.tokens_generated == CORRUPT_INDEX:
                 token = dataclasses.replace(token, token_id=token.token_id ^ 1)  # the bug: after sampling, same logprob
             on_token(request, token)
+
         return original(self, rows, logits, corrupted)
+
     return _deliver
 
 
@@ -113,6 +122,7 @@ def resume_offset(original):
             # the plans after it read from the request's counter, so every later run starts there
             request.tokens_read += chunk
         return original(self, start, request, slot)
+
     return _start
 
 
@@ -121,8 +131,11 @@ def cache_salt(original):
     def place(self, prompt, salt, generation, *rest, **kwargs):
         for held in self._held:  # the bug: every held prefix is matched as if it were under this request's salt
             if held is not None and getattr(held, "salt", salt) != salt:
-                object.__setattr__(held, "salt", salt) if dataclasses.is_dataclass(held) else setattr(held, "salt", salt)
+                object.__setattr__(held, "salt", salt) if dataclasses.is_dataclass(held) else setattr(
+                    held, "salt", salt
+                )
         return original(self, prompt, salt, generation, *rest, **kwargs)
+
     return place
 
 
@@ -135,12 +148,18 @@ def compiled_window(original):
             return original(self, x, positions, slots)
         finally:
             self.window = window
+
     return _forward
 
 
-BUGS = {"prefix-attention": prefix_attention, "piece-start": piece_start, "corrupt-token": corrupt_token,
-        "resume-offset": resume_offset, "cache-salt": cache_salt,
-        "compiled-window": compiled_window}
+BUGS = {
+    "prefix-attention": prefix_attention,
+    "piece-start": piece_start,
+    "corrupt-token": corrupt_token,
+    "resume-offset": resume_offset,
+    "cache-salt": cache_salt,
+    "compiled-window": compiled_window,
+}
 
 
 def install(bug: str) -> None:
@@ -156,6 +175,7 @@ def main() -> None:
     engine_args = args.engine_args[1:] if args.engine_args[:1] == ["--"] else args.engine_args
     install(args.bug)
     from strata_engine.cli import main as engine_main
+
     sys.argv = ["strata-engine", *engine_args]
     engine_main()
 

@@ -23,6 +23,7 @@ more requests are in flight (a bucket-boundary bug).
 
     python tests/verify/fake_engine.py --piece 512 --host 127.0.0.1 --port 8123
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,10 @@ class Fake:
 
     def __post_init__(self) -> None:
         if self.args.prompt_cache is not None:
-            self.cache = PrefixCache(int(self.args.prompt_cache * self.args.cache_tokens_per_mib),
-                                     fault=self.args.cache_fault if self.args.cache_fault == "one-too-far" else "")
+            self.cache = PrefixCache(
+                int(self.args.prompt_cache * self.args.cache_tokens_per_mib),
+                fault=self.args.cache_fault if self.args.cache_fault == "one-too-far" else "",
+            )
         self.decode_allowed = asyncio.Event()
         self.decode_allowed.set()
         self.wake = asyncio.Event()
@@ -118,9 +121,15 @@ class Fake:
             if not self.args.piece or job.tokens_read >= len(job.prompt):
                 break
             await asyncio.sleep(self.args.decode_budget_ms / 1000)  # the decode budget after a piece
-            await self.emit("PIECE", job.request_id, tokens=tokens, tokens_read=job.tokens_read,
-                            read_ms=tokens * self.args.read_ms_per_token, decode_ms=self.args.decode_budget_ms,
-                            decode_steps=int(self.args.decode_budget_ms // self.args.decode_ms))
+            await self.emit(
+                "PIECE",
+                job.request_id,
+                tokens=tokens,
+                tokens_read=job.tokens_read,
+                read_ms=tokens * self.args.read_ms_per_token,
+                decode_ms=self.args.decode_budget_ms,
+                decode_steps=int(self.args.decode_budget_ms // self.args.decode_ms),
+            )
             taker = next((w for w in self.waiting if 2 * len(w.prompt) < len(job.prompt)), None)
             if taker is not None and not self.args.no_yield:
                 self.waiting.remove(taker)
@@ -135,10 +144,21 @@ class Fake:
                 await self.emit("RESUME", job.request_id, tokens_read=job.tokens_read)
         if self.args.piece and len(job.prompt) > 0:
             last = len(job.prompt) - (len(job.prompt) - 1) // piece * piece
-            await self.emit("PIECE", job.request_id, tokens=last, tokens_read=job.tokens_read,
-                            read_ms=last * self.args.read_ms_per_token, decode_ms=0.0, decode_steps=0)
-        await self.emit("READ_DONE", job.request_id, tokens=len(job.prompt),
-                        read_ms=round((time.monotonic() - job.t_start) * 1000, 3))
+            await self.emit(
+                "PIECE",
+                job.request_id,
+                tokens=last,
+                tokens_read=job.tokens_read,
+                read_ms=last * self.args.read_ms_per_token,
+                decode_ms=0.0,
+                decode_steps=0,
+            )
+        await self.emit(
+            "READ_DONE",
+            job.request_id,
+            tokens=len(job.prompt),
+            read_ms=round((time.monotonic() - job.t_start) * 1000, 3),
+        )
         job.read.set_result(True)
 
 
@@ -160,28 +180,59 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "strata", "max_model_len": args.ctx}]}
+        return {
+            "object": "list",
+            "data": [{"id": "fake", "object": "model", "owned_by": "strata", "max_model_len": args.ctx}],
+        }
 
     @app.get("/v1/engine")
     async def engine():
-        return {"model": "fake", "executor": "fake", "batch": 4, "batch_groups": args.groups, "num_stages": 2,
-                "prefill_chunk": 128, "ctx": args.ctx, "piped_read_piece": args.piece, "decode_share": 0.5,
-                "decode_min_ms": 20.0, "decode_max_ms": 400.0, "read_mix": 0, "decode_merge": 0, "pause_target_ms": 0.0, "device": "cpu",
-                "dtype": "float32", "vocab_size": args.vocab, "eos_token_id": 0, "supports_token_ids": True,
-                "version": "fake-1", "batch_invariant": args.batch_invariant,
-                **({} if args.prompt_cache is None else {"prompt_cache": {"mib": args.prompt_cache,
-                                                                          "tokens": state["fake"].cache.capacity_tokens,
-                                                                          "store": args.prompt_cache > 0,
-                                                                          "store_hits": state["fake"].store_hits,
-                                                                          "bitwise": args.batch_invariant and args.prompt_cache > 0}})}
+        return {
+            "model": "fake",
+            "executor": "fake",
+            "batch": 4,
+            "batch_groups": args.groups,
+            "num_stages": 2,
+            "prefill_chunk": 128,
+            "ctx": args.ctx,
+            "piped_read_piece": args.piece,
+            "decode_share": 0.5,
+            "decode_min_ms": 20.0,
+            "decode_max_ms": 400.0,
+            "read_mix": 0,
+            "decode_merge": 0,
+            "pause_target_ms": 0.0,
+            "device": "cpu",
+            "dtype": "float32",
+            "vocab_size": args.vocab,
+            "eos_token_id": 0,
+            "supports_token_ids": True,
+            "version": "fake-1",
+            "batch_invariant": args.batch_invariant,
+            **(
+                {}
+                if args.prompt_cache is None
+                else {
+                    "prompt_cache": {
+                        "mib": args.prompt_cache,
+                        "tokens": state["fake"].cache.capacity_tokens,
+                        "store": args.prompt_cache > 0,
+                        "store_hits": state["fake"].store_hits,
+                        "bitwise": args.batch_invariant and args.prompt_cache > 0,
+                    }
+                }
+            ),
+        }
 
     @app.get("/metrics")
     async def metrics():
         fake = state["fake"]
         if args.no_metrics:
             return PlainTextResponse("not found", status_code=404)
-        return PlainTextResponse(f"# TYPE strata_requests_running gauge\nstrata_requests_running {fake.running}.0\n"
-                                 f"# TYPE strata_queue_length gauge\nstrata_queue_length {fake.queued}.0\n")
+        return PlainTextResponse(
+            f"# TYPE strata_requests_running gauge\nstrata_requests_running {fake.running}.0\n"
+            f"# TYPE strata_queue_length gauge\nstrata_queue_length {fake.queued}.0\n"
+        )
 
     @app.get("/v1/events")
     async def events(since: int = 0, follow: int = 0):
@@ -190,8 +241,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return JSONResponse({"error": {"message": "no events", "type": "invalid_request_error"}}, status_code=404)
         if not follow:
             body = "".join(json.dumps(e) + "\n" for e in fake.events[since:])
-            return PlainTextResponse(body, media_type="application/x-ndjson",
-                                     headers={"X-Strata-Next-Index": str(len(fake.events))})
+            return PlainTextResponse(
+                body, media_type="application/x-ndjson", headers={"X-Strata-Next-Index": str(len(fake.events))}
+            )
 
         async def feed():
             index = since
@@ -217,14 +269,23 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
         max_tokens = int(body.get("max_tokens", 16))
         if len(prompt_ids) + max_tokens > args.ctx:
-            return JSONResponse({"error": {"message": "prompt too long", "type": "invalid_request_error",
-                                           "param": "prompt", "code": None}}, status_code=400)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "prompt too long",
+                        "type": "invalid_request_error",
+                        "param": "prompt",
+                        "code": None,
+                    }
+                },
+                status_code=400,
+            )
         salt = None if args.cache_fault == "salt-leak" else body.get("cache_salt")
         hit = fake.cache.lookup(prompt_ids, salt) if fake.cache is not None else None
         answer_ids = answer_prompt(prompt_ids, hit) if hit is not None else prompt_ids
         fake.store_hits += bool(hit is not None and hit.cached_tokens and hit.source == "store")
         if hit is not None and hit.cached_tokens and hit.source == "store" and args.cache_fault == "store-restore":
-            answer_ids = [*prompt_ids[:hit.cached_tokens - 1], *prompt_ids[hit.cached_tokens:]]  # a stale position
+            answer_ids = [*prompt_ids[: hit.cached_tokens - 1], *prompt_ids[hit.cached_tokens :]]  # a stale position
         shift = 0.019 if hit is not None and hit.cached_tokens and args.cache_fault == "logprob-shift" else 0.0
         job = Job(rid, prompt_ids, asyncio.get_running_loop().create_future())
         await fake.emit("ADMIT", rid, slot=None)
@@ -258,8 +319,13 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         def chunk(index: int) -> dict:
             tok = token(index)
-            choice = {"index": 0, "text": f" t{tok}", "finish_reason": "length" if index == max_tokens - 1 else None,
-                      "token_ids": [tok], "logprobs": None}
+            choice = {
+                "index": 0,
+                "text": f" t{tok}",
+                "finish_reason": "length" if index == max_tokens - 1 else None,
+                "token_ids": [tok],
+                "logprobs": None,
+            }
             if index == 0:
                 choice["prompt_token_ids"] = prompt_ids
             if want_lp:
@@ -269,10 +335,19 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     lp += args.logprob_jitter  # batch-shape-dependent rounding, as a real kernel might have
                 # A sampled token is not always the top-1: every third position drew the runner-up.
                 alt = lp + margin if sampled and tok % 3 == 0 else lp - margin
-                choice["logprobs"] = {"tokens": [f" t{tok}"], "token_logprobs": [lp],
-                                      "top_logprobs": [{f" t{tok}": lp, " alt": alt}], "text_offset": [0]}
-            return {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time()), "model": "fake",
-                    "choices": [choice]}
+                choice["logprobs"] = {
+                    "tokens": [f" t{tok}"],
+                    "token_logprobs": [lp],
+                    "top_logprobs": [{f" t{tok}": lp, " alt": alt}],
+                    "text_offset": [0],
+                }
+            return {
+                "id": f"cmpl-{rid}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": "fake",
+                "choices": [choice],
+            }
 
         async def produce():
             """Each token's chunk, then the usage chunk (choices empty); the streamed and whole forms share it."""
@@ -300,8 +375,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     await fake.decode_allowed.wait()
                     job.first_out.set()
                     yield chunk(index)
-                usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": max_tokens,
-                         "total_tokens": len(prompt_ids) + max_tokens}
+                usage = {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": max_tokens,
+                    "total_tokens": len(prompt_ids) + max_tokens,
+                }
                 if fake.cache is not None:
                     usage["prompt_tokens_details"] = {"cached_tokens": hit.cached_tokens}
                 yield {"id": f"cmpl-{rid}", "object": "text_completion", "choices": [], "usage": usage}
@@ -324,14 +402,26 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if not streamed:  # one JSON response: the choices' fields joined, as OpenAI's non-streaming form
             events = [event async for event in produce()]
             choices = [e["choices"][0] for e in events if e["choices"]]
-            whole = {"index": 0, "text": "".join(c["text"] for c in choices), "finish_reason": choices[-1]["finish_reason"],
-                     "token_ids": [t for c in choices for t in c["token_ids"]], "prompt_token_ids": prompt_ids,
-                     "logprobs": None}
+            whole = {
+                "index": 0,
+                "text": "".join(c["text"] for c in choices),
+                "finish_reason": choices[-1]["finish_reason"],
+                "token_ids": [t for c in choices for t in c["token_ids"]],
+                "prompt_token_ids": prompt_ids,
+                "logprobs": None,
+            }
             if want_lp:
-                whole["logprobs"] = {key: [v for c in choices for v in c["logprobs"][key]]
-                                     for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
-            return JSONResponse({**{k: v for k, v in events[-1].items() if k != "usage"}, "choices": [whole],
-                                 "usage": events[-1]["usage"]})
+                whole["logprobs"] = {
+                    key: [v for c in choices for v in c["logprobs"][key]]
+                    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+                }
+            return JSONResponse(
+                {
+                    **{k: v for k, v in events[-1].items() if k != "usage"},
+                    "choices": [whole],
+                    "usage": events[-1]["usage"],
+                }
+            )
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
@@ -356,25 +446,50 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logprob-jitter", type=float, default=0.0)
     parser.add_argument("--die-after", type=int, default=0, help="exit after N completions (0 = never)")
     parser.add_argument("--fail-start", action="store_true", help="write an error to stderr and exit 3")
-    parser.add_argument("--prompt-cache", type=float, default=None, help="MiB of prefix cache (0 = off); unset: "
-                        "an engine without one (no cached_tokens in usage)")
+    parser.add_argument(
+        "--prompt-cache",
+        type=float,
+        default=None,
+        help="MiB of prefix cache (0 = off); unset: an engine without one (no cached_tokens in usage)",
+    )
     parser.add_argument("--cache-tokens-per-mib", type=int, default=512)
-    parser.add_argument("--cache-fault", default="", help="one-too-far: a hit claims one token more than it matched; "
-                        "salt-leak: cache_salt is ignored (prefixes cross salts); store-restore: a hit from the store "
-                        "answers without its last cached position; logprob-shift: a hit's logprobs move 0.019, "
-                        "its tokens do not")
-    parser.add_argument("--sample-fault", default="", choices=("", "batch", "advance", "greedy"),
-                        help="batch: a seeded draw depends on the requests running beside it; advance: one generator "
-                        "for the engine, so the same seed draws differently on every request; greedy: temperature "
-                        "is ignored")
-    parser.add_argument("--batch-fault", type=int, default=0, help="greedy tokens from index 2 on change while N or more "
-                        "requests are in flight (a bucket-boundary bug; 0 = none)")
-    parser.add_argument("--stream-fault", default="", choices=("", "last-token"),
-                        help="last-token: a response not streamed renders its last token from the wrong position")
+    parser.add_argument(
+        "--cache-fault",
+        default="",
+        help="one-too-far: a hit claims one token more than it matched; "
+        "salt-leak: cache_salt is ignored (prefixes cross salts); store-restore: a hit from the store "
+        "answers without its last cached position; logprob-shift: a hit's logprobs move 0.019, "
+        "its tokens do not",
+    )
+    parser.add_argument(
+        "--sample-fault",
+        default="",
+        choices=("", "batch", "advance", "greedy"),
+        help="batch: a seeded draw depends on the requests running beside it; advance: one generator "
+        "for the engine, so the same seed draws differently on every request; greedy: temperature "
+        "is ignored",
+    )
+    parser.add_argument(
+        "--batch-fault",
+        type=int,
+        default=0,
+        help="greedy tokens from index 2 on change while N or more "
+        "requests are in flight (a bucket-boundary bug; 0 = none)",
+    )
+    parser.add_argument(
+        "--stream-fault",
+        default="",
+        choices=("", "last-token"),
+        help="last-token: a response not streamed renders its last token from the wrong position",
+    )
     parser.add_argument("--no-metrics", action="store_true", help="no GET /metrics (no engine counters)")
     parser.add_argument("--serial", action="store_true", help="one request at a time; the others wait in the queue")
-    parser.add_argument("--stall-second-ms", type=float, default=0.0,
-                        help="hold the first token of a request started while another streams (a starved front end)")
+    parser.add_argument(
+        "--stall-second-ms",
+        type=float,
+        default=0.0,
+        help="hold the first token of a request started while another streams (a starved front end)",
+    )
     args = parser.parse_args(argv)
     if args.fail_start:
         print("fake engine: cannot load model weights: file not found", file=sys.stderr, flush=True)

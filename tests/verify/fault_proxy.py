@@ -12,6 +12,7 @@ Modes (requests are matched by the name inside the gate's X-Request-Id, e.g. `ve
             interrupted, so the engine never gives way
   die       after `--after N` completions the engine is killed and the proxy exits with an error
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,7 +87,11 @@ def build_app(proxy: Proxy) -> FastAPI:
         rid = request.headers.get("x-request-id") or f"anon-{time.monotonic_ns()}"
         proxy.completions += 1
         if proxy.args.mode == "die" and proxy.completions > proxy.args.after:
-            print("fault_proxy: engine crashed: CUDA error: an illegal memory access was encountered", file=sys.stderr, flush=True)
+            print(
+                "fault_proxy: engine crashed: CUDA error: an illegal memory access was encountered",
+                file=sys.stderr,
+                flush=True,
+            )
             if proxy.child is not None:
                 proxy.child.kill()
             os._exit(9)
@@ -96,9 +101,12 @@ def build_app(proxy: Proxy) -> FastAPI:
         state = {"perturb": proxy.should_perturb(rid), "index": 0}
         proxy.in_flight.add(rid)
         proxy.reading.add(rid)
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("x-request-id", "content-type", "authorization")}
-        upstream = await client.send(client.build_request("POST", f"{proxy.upstream}/v1/completions", content=body,
-                                                          headers=headers), stream=True)
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() in ("x-request-id", "content-type", "authorization")
+        }
+        upstream = await client.send(
+            client.build_request("POST", f"{proxy.upstream}/v1/completions", content=body, headers=headers), stream=True
+        )
 
         async def relay():
             try:
@@ -121,8 +129,9 @@ def build_app(proxy: Proxy) -> FastAPI:
 
     @app.get("/{path:path}")
     async def forward(path: str, request: Request):
-        upstream = await client.send(client.build_request("GET", f"{proxy.upstream}/{path}", params=request.query_params),
-                                     stream=True)
+        upstream = await client.send(
+            client.build_request("GET", f"{proxy.upstream}/{path}", params=request.query_params), stream=True
+        )
         headers = {k: v for k, v in upstream.headers.items() if k.lower().startswith("x-strata")}
 
         async def relay():
@@ -132,8 +141,9 @@ def build_app(proxy: Proxy) -> FastAPI:
             finally:
                 await upstream.aclose()
 
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers,
-                                 media_type=upstream.headers.get("content-type"))
+        return StreamingResponse(
+            relay(), status_code=upstream.status_code, headers=headers, media_type=upstream.headers.get("content-type")
+        )
 
     return app
 
@@ -148,7 +158,11 @@ def start_child(child: list[str]) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            print(f"fault_proxy: engine exited with status {proc.returncode} before it was ready", file=sys.stderr, flush=True)
+            print(
+                f"fault_proxy: engine exited with status {proc.returncode} before it was ready",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.exit(proc.returncode or 1)
         try:
             if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
@@ -162,7 +176,7 @@ def start_child(child: list[str]) -> tuple[subprocess.Popen, str]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    own, child = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, child = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description="fault-injecting proxy for strata-verify tests")
     parser.add_argument("--mode", choices=("pass", "perturb", "drift", "no-yield", "die"), default="pass")
     parser.add_argument("--request", default="C", help="request name to perturb (A-E, p1-p6)")

@@ -1,4 +1,5 @@
 """Helpers of the verify tests: how to run the gate's CLI and the fake engine / fault proxy commands."""
+
 from __future__ import annotations
 
 import shlex
@@ -28,5 +29,3 @@ def proxied(mode_flags: str, *engine_flags: str) -> str:
 def verify(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real console script; output is text with stdout and stderr kept apart."""
     return subprocess.run([VERIFY, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-

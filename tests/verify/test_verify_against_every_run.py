@@ -1,4 +1,5 @@
 """manifest.compare checks every run against the manifest, not only the first, and names the run."""
+
 from __future__ import annotations
 
 from strata_verify import manifest
@@ -13,8 +14,10 @@ GOOD = {"p1": [1, 2, 3, 4], "p2": [5, 6, 7, 8]}
 
 def run_of(*runs: dict[str, list[int]]) -> DeterminismRun:
     run = DeterminismRun(target=Target(command="engine"), options=DeterminismOptions(tokens=4, prompts=PROMPTS))
-    run.runs = [{name: Completion(name=name, request_id=name, token_ids=list(ids)) for name, ids in answers.items()}
-                for answers in runs]
+    run.runs = [
+        {name: Completion(name=name, request_id=name, token_ids=list(ids)) for name, ids in answers.items()}
+        for answers in runs
+    ]
     run.steps = judge(run)
     return run
 

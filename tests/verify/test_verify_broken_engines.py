@@ -3,6 +3,7 @@ fails the gate with a message naming the check and the request; the unmodified e
 
 Slow: each test starts real engines on the bundled tiny model (CPU) at CI scale.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,16 +47,23 @@ def test_a_prefix_attention_bug_in_every_mode_fails_the_answers_check():
     fails = failed_lines(out)
     for phase in ("solo", "together"):  # every mode shares the bug, and every mode is caught, naming the request
         # (the model's 1024-token window keeps L1's answer, 2050 tokens in, out of the bug's reach: S and L2 show it)
-        assert any(f"answers: {name} {phase}" in line and f"request {name}" in line
-                   for line in fails for name in ("L1", "L2", "S")), out.stdout
+        assert any(
+            f"answers: {name} {phase}" in line and f"request {name}" in line
+            for line in fails
+            for name in ("L1", "L2", "S")
+        ), out.stdout
 
 
 def test_a_piece_path_bug_shared_by_solo_and_interleaved_fails_the_answers_check():
     out = verify("answers", "--engine", broken("piece-start"), timeout=900)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert any(line.startswith("[    FAIL     ] answers: L1 solo == independent: request L1 differs")
-               for line in failed_lines(out)), out.stdout
-    assert "answers: S solo == independent: 32 tokens equal" in out.stdout  # one chunk and a tail: never mid-prompt early
+    assert any(
+        line.startswith("[    FAIL     ] answers: L1 solo == independent: request L1 differs")
+        for line in failed_lines(out)
+    ), out.stdout
+    assert (
+        "answers: S solo == independent: 32 tokens equal" in out.stdout
+    )  # one chunk and a tail: never mid-prompt early
 
 
 def test_a_corrupted_token_keeping_its_logprob_is_a_wrong_token_not_a_near_tie():
@@ -72,7 +80,9 @@ def test_a_resume_offset_error_fails_the_resume_offsets_step_naming_the_request(
     assert out.returncode == 1, out.stdout + out.stderr
     assert any("interleave: resume offsets: request D:" in line for line in failed_lines(out)), out.stdout
     # D gives way at a piece boundary (512 unless a loaded machine sends E late); it resumes one chunk on
-    yielded, resumed = map(int, re.search(r"YIELDED at (\d+) tokens, then RESUME tokens_read=(\d+)", out.stdout).groups())
+    yielded, resumed = map(
+        int, re.search(r"YIELDED at (\d+) tokens, then RESUME tokens_read=(\d+)", out.stdout).groups()
+    )
     assert resumed == yielded + 512, out.stdout
 
 
@@ -98,5 +108,7 @@ def test_a_compiled_step_window_bug_fails_answers_on_the_default_layout():
     assert "compiled" in out.stdout  # the default layout ran: its compiled step is what the bug is in
     fails = failed_lines(out)
     assert fails and all("logprobs" in line for line in fails), out.stdout  # tokens kept; logprobs moved
-    assert all(re.search(r"request (L1|L2): the same tokens from other numbers: .* at token \d+", line) for line in fails)
+    assert all(
+        re.search(r"request (L1|L2): the same tokens from other numbers: .* at token \d+", line) for line in fails
+    )
     assert "S solo logprobs ~ independent: largest" in out.stdout  # S (514 tokens) never decodes past the window

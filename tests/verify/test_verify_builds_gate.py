@@ -1,5 +1,6 @@
 """builds as a gate: a build is not failed for a step it is documented not to take (the release's
 give-way), and everything both builds must agree on is still compared, solo and interleaved."""
+
 from __future__ import annotations
 
 from strata_verify.builds import GIVE_WAY, _compare_interleave, documented_not_taken
@@ -24,7 +25,11 @@ def test_the_release_give_way_is_info_not_a_failure():
 
 
 def test_engines_that_should_give_way_still_fail():
-    for info in (PIECES, ONE_GROUP, {}):  # pieces, one group (gives way at chunk boundaries), an engine that does not say
+    for info in (
+        PIECES,
+        ONE_GROUP,
+        {},
+    ):  # pieces, one group (gives way at chunk boundaries), an engine that does not say
         assert documented_not_taken(give_way(), info).status == NOT_EXERCISED
 
 
@@ -35,7 +40,9 @@ def test_other_steps_are_untouched():
 
 
 def run_with(name: str, solo: dict[str, list[int]], interleaved: dict[str, list[int]]) -> InterleaveRun:
-    run = InterleaveRun(target=Target(name=name, command="x"), options=InterleaveOptions(), prompts={n: [1] for n in NAMES})
+    run = InterleaveRun(
+        target=Target(name=name, command="x"), options=InterleaveOptions(), prompts={n: [1] for n in NAMES}
+    )
     run.solo = {n: Completion(name=n, request_id=n, token_ids=ids) for n, ids in solo.items()}
     run.interleaved = {n: Completion(name=n, request_id=n, token_ids=ids) for n, ids in interleaved.items()}
     return run

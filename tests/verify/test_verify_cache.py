@@ -1,6 +1,7 @@
 """`strata-verify cache`: the session plan, the fakes' prefix cache, the judge on made-up evidence, and the real
 console script against the synthetic engine with a cache, with a cache that matches one token too far, and
 with none."""
+
 from __future__ import annotations
 
 import json
@@ -26,17 +27,26 @@ def test_each_turn_extends_the_previous_prompt_by_its_answer_and_a_tool_result()
     plan, prompts = CachePlan(scale=0.25), Prompts("n1", 1000, 0)
     first = prompts.first_turn(plan, "s0")
     assert len(first) == plan.turn_tokens(0) == 256
-    assert first[:plan.system_tokens] == prompts.first_turn(plan, "s1")[:plan.system_tokens]  # the shared system prompt
-    assert first[plan.system_tokens:] != prompts.first_turn(plan, "s1")[plan.system_tokens:]
+    assert (
+        first[: plan.system_tokens] == prompts.first_turn(plan, "s1")[: plan.system_tokens]
+    )  # the shared system prompt
+    assert first[plan.system_tokens :] != prompts.first_turn(plan, "s1")[plan.system_tokens :]
     second = prompts.next_turn(plan, "s0", 1, first, [7] * plan.answer_tokens)
-    assert second[:len(first)] == first and second[len(first):len(first) + 16] == [7] * 16
+    assert second[: len(first)] == first and second[len(first) : len(first) + 16] == [7] * 16
     assert len(second) == plan.turn_tokens(1)
     assert 0 not in first + second  # never EOS
     assert Prompts("n2", 1000, 0).first_turn(plan, "s0") != first  # a new run is cold
 
 
-@pytest.mark.parametrize("kwargs, message", [({"turns": 1}, "--turns"), ({"scale": 0}, "--scale"),
-                                             ({"scale": 0.001}, "system prompt"), ({"answer_tokens": 0}, "--tokens")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"turns": 1}, "--turns"),
+        ({"scale": 0}, "--scale"),
+        ({"scale": 0.001}, "system prompt"),
+        ({"answer_tokens": 0}, "--tokens"),
+    ],
+)
 def test_bad_plans_are_refused_naming_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CachePlan(**kwargs)
@@ -78,9 +88,20 @@ def test_one_too_far_claims_one_more_token_and_answers_without_it():
 
 # -- the judge on made-up evidence ----------------------------------------------------------------------
 def _answer(name, ids, cached=None):
-    usage = {"prompt_tokens": 10} if cached is None else {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": cached}}
-    return StreamResult(name=name, request_id=f"rid-{name}", token_ids=list(ids), usage=usage, finish_reason="length",
-                        times=[1.0 + i for i in range(len(ids))], sent_at=0.5)
+    usage = (
+        {"prompt_tokens": 10}
+        if cached is None
+        else {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": cached}}
+    )
+    return StreamResult(
+        name=name,
+        request_id=f"rid-{name}",
+        token_ids=list(ids),
+        usage=usage,
+        finish_reason="length",
+        times=[1.0 + i for i in range(len(ids))],
+        sent_at=0.5,
+    )
 
 
 def _run(cold_ids=(1, 2, 3), cached=5, events=None, lacks=frozenset()):
@@ -88,8 +109,17 @@ def _run(cold_ids=(1, 2, 3), cached=5, events=None, lacks=frozenset()):
     for phase, session in (("sessions", "s0"), ("eviction", "e0"), ("give-way", "g")):
         for turn in (0, 1):
             name = f"{session}.t{turn}"
-            run.add(Turn(name, phase, session, turn, [5] * 10, _answer(name, [1, 2, 3], cached if turn else 0),
-                         _answer(name, cold_ids if turn else (1, 2, 3), 0)))
+            run.add(
+                Turn(
+                    name,
+                    phase,
+                    session,
+                    turn,
+                    [5] * 10,
+                    _answer(name, [1, 2, 3], cached if turn else 0),
+                    _answer(name, cold_ids if turn else (1, 2, 3), 0),
+                )
+            )
     long = Turn("long", "give-way", "long", 0, [6] * 40, _answer("long", [4, 4], 0), _answer("long", [4, 4], 0))
     long.served.times, run.turns["g.t1"].served.sent_at = [9.0, 9.5], 0.6  # the turn went first
     run.add(long)
@@ -119,13 +149,26 @@ def test_judge_without_any_hit_evidence_is_not_exercised_and_lacks_events_makes_
 
 
 def test_judge_reads_hits_and_evictions_from_events():
-    events = [{"kind": "CACHE_HIT", "request_id": "rid-s0.t1", "tokens": 8, "source": "store"},
-              {"kind": "CACHE_EVICT", "request_id": None, "tokens": 30}]
-    steps = judge(_run(cached=0, events={"sessions": events, "give-way": [
-        {"kind": "CACHE_HIT", "request_id": "rid-g.t1", "tokens": 8, "source": "slot"},
-        {"kind": "YIELDED", "request_id": "rid-long", "slot": 1, "tokens_read": 16, "to": "rid-g.t1"}],
-        "eviction": events}))
-    assert _status(steps, HITS).status == PASS and "CACHE_HIT event (source store)" in "\n".join(_status(steps, HITS).evidence)
+    events = [
+        {"kind": "CACHE_HIT", "request_id": "rid-s0.t1", "tokens": 8, "source": "store"},
+        {"kind": "CACHE_EVICT", "request_id": None, "tokens": 30},
+    ]
+    steps = judge(
+        _run(
+            cached=0,
+            events={
+                "sessions": events,
+                "give-way": [
+                    {"kind": "CACHE_HIT", "request_id": "rid-g.t1", "tokens": 8, "source": "slot"},
+                    {"kind": "YIELDED", "request_id": "rid-long", "slot": 1, "tokens_read": 16, "to": "rid-g.t1"},
+                ],
+                "eviction": events,
+            },
+        )
+    )
+    assert _status(steps, HITS).status == PASS and "CACHE_HIT event (source store)" in "\n".join(
+        _status(steps, HITS).evidence
+    )
     assert _status(steps, EVICTION).status == PASS
     assert _status(steps, GIVE_WAY).status == PASS and "16 tokens" in _status(steps, GIVE_WAY).reason
 
@@ -133,8 +176,16 @@ def test_judge_reads_hits_and_evictions_from_events():
 # -- the console script against the synthetic engine ------------------------------------------------------
 def test_cache_passes_on_an_engine_whose_cache_is_right(tmp_path):
     junit = tmp_path / "cache.xml"
-    result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64"), "--junit", str(junit),
-                    "--json", str(tmp_path / "cache.json"))
+    result = verify(
+        "cache",
+        *SMALL,
+        "--engine",
+        fake("--prompt-cache", "64"),
+        "--junit",
+        str(junit),
+        "--json",
+        str(tmp_path / "cache.json"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[    PASS     ] cache: eviction exercised" in result.stdout
     assert "on a fresh engine started with --prompt-cache 0" in result.stdout
@@ -180,7 +231,9 @@ def _failed(out):
 def test_the_store_restore_and_the_salts_are_exercised_and_shown_on_a_right_cache():
     result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--batch-invariant"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[    PASS     ] cache: host store restore exercised: r0.t1 was restored from the host store" in result.stdout
+    assert (
+        "[    PASS     ] cache: host store restore exercised: r0.t1 was restored from the host store" in result.stdout
+    )
     assert "[    PASS     ] cache: no prefix crosses a cache_salt" in result.stdout
     assert "x.other-salt: salt b, 288 prompt tokens, 0 cached" in result.stdout
     assert "logprobs bitwise" in result.stdout and "bitwise equal, as the engine claims" in result.stdout
@@ -194,16 +247,27 @@ def test_a_hit_whose_logprobs_moved_fails_where_the_engine_claims_bitwise_and_to
     assert bounded.returncode == 1 and "over the tolerance 0.0001" in bounded.stdout, bounded.stdout
     new = verify("cache", *SMALL, "--engine", fake(*shifted, "--batch-invariant"))
     assert new.returncode == 1, new.stdout + new.stderr
-    assert re.search(r"session s0: cached == cold: request s0\.t\d: logprob at token \d+ differs from its cold read by "
-                     r"0\.019 \(cached -[0-9.]+, cold -[0-9.]+\)", new.stdout), new.stdout
+    assert re.search(
+        r"session s0: cached == cold: request s0\.t\d: logprob at token \d+ differs from its cold read by "
+        r"0\.019 \(cached -[0-9.]+, cold -[0-9.]+\)",
+        new.stdout,
+    ), new.stdout
 
 
 def test_a_restore_from_the_store_that_loses_a_position_fails_naming_the_request():
-    result = verify("cache", *SMALL, "--evict-sessions", "2", "--engine", fake("--prompt-cache", "64", "--cache-fault",
-                                                                             "store-restore"))
+    result = verify(
+        "cache",
+        *SMALL,
+        "--evict-sessions",
+        "2",
+        "--engine",
+        fake("--prompt-cache", "64", "--cache-fault", "store-restore"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert any("store restore: cached == cold: request r0.t1 differs from its cold read at token 0" in line
-               for line in _failed(result)), result.stdout
+    assert any(
+        "store restore: cached == cold: request r0.t1 differs from its cold read at token 0" in line
+        for line in _failed(result)
+    ), result.stdout
     assert "[    PASS     ] cache: host store restore exercised" in result.stdout
 
 
@@ -211,5 +275,7 @@ def test_a_cache_that_ignores_the_salt_fails_isolation_and_only_isolation():
     result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--cache-fault", "salt-leak"))
     assert result.returncode == 1, result.stdout + result.stderr
     failed = _failed(result)
-    assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], result.stdout
+    assert len(failed) == 1 and "no prefix crosses a cache_salt: request x.other-salt (salt b" in failed[0], (
+        result.stdout
+    )
     assert "took 256 cached tokens where requests of its own salt share 0: x.holder's prefix (salt a)" in failed[0]

@@ -4,6 +4,7 @@ Each scenario is a fault the gate exists to catch (or its absence). They start r
 free ports and mostly wait, so the module runs them all at once (four at a time) on first use and
 each test then reads its scenario's result.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,26 +26,71 @@ def _save_then_against(tmp: Path):
 
 
 SCENARIOS = {
-    "pass": lambda tmp: verify("interleave", "--engine", fake(), "--scale", SCALE, "--junit", str(tmp / "pass.xml"),
-                               "--markdown"),
-    "perturb": lambda tmp: verify("interleave", "--engine", proxied("--mode perturb --request C --index 3"),
-                                  "--scale", SCALE, "--junit", str(tmp / "perturb.xml"), "--json", str(tmp / "perturb.json")),
+    "pass": lambda tmp: verify(
+        "interleave", "--engine", fake(), "--scale", SCALE, "--junit", str(tmp / "pass.xml"), "--markdown"
+    ),
+    "perturb": lambda tmp: verify(
+        "interleave",
+        "--engine",
+        proxied("--mode perturb --request C --index 3"),
+        "--scale",
+        SCALE,
+        "--junit",
+        str(tmp / "perturb.xml"),
+        "--json",
+        str(tmp / "perturb.json"),
+    ),
     "no-yield": lambda tmp: verify("interleave", "--engine", proxied("--mode no-yield"), "--scale", SCALE),
-    "no-yield-declared": lambda tmp: verify("interleave", "--engine", proxied("--mode no-yield"), "--scale", SCALE,
-                                            "--lacks", "give-way", "--junit", str(tmp / "declared.xml")),
-    "die": lambda tmp: verify("interleave", "--engine", proxied("--mode die --after 3"), "--scale", SCALE,
-                              "--junit", str(tmp / "die.xml")),
+    "no-yield-declared": lambda tmp: verify(
+        "interleave",
+        "--engine",
+        proxied("--mode no-yield"),
+        "--scale",
+        SCALE,
+        "--lacks",
+        "give-way",
+        "--junit",
+        str(tmp / "declared.xml"),
+    ),
+    "die": lambda tmp: verify(
+        "interleave", "--engine", proxied("--mode die --after 3"), "--scale", SCALE, "--junit", str(tmp / "die.xml")
+    ),
     "fail-start": lambda tmp: verify("determinism", "--engine", fake("--fail-start")),
-    "drift": lambda tmp: verify("determinism", "--engine",
-                                proxied(f"--mode drift --request p4 --index 5 --state {tmp / 'starts'}"), "--tokens", "12"),
+    "drift": lambda tmp: verify(
+        "determinism",
+        "--engine",
+        proxied(f"--mode drift --request p4 --index 5 --state {tmp / 'starts'}"),
+        "--tokens",
+        "12",
+    ),
     "manifest": _save_then_against,
-    "batch-invariant": lambda tmp: verify("interleave", "--engine", fake("--batch-invariant", "--logprob-jitter", "0.001"),
-                                          "--scale", SCALE),
-    "builds": lambda tmp: verify("builds", "--engine", f"ref={fake()}",
-                                 "--engine", f"new={fake('--salt', 'v2', '--salt-from', '5')}",
-                                 "--scale", SCALE, "--tokens", "8", "--interleave-tokens", "8"),
-    "builds-broken": lambda tmp: verify("builds", "--engine", f"ref={fake()}", "--engine", f"broken={fake('--fail-start')}",
-                                        "--only", "determinism", "--tokens", "4"),
+    "batch-invariant": lambda tmp: verify(
+        "interleave", "--engine", fake("--batch-invariant", "--logprob-jitter", "0.001"), "--scale", SCALE
+    ),
+    "builds": lambda tmp: verify(
+        "builds",
+        "--engine",
+        f"ref={fake()}",
+        "--engine",
+        f"new={fake('--salt', 'v2', '--salt-from', '5')}",
+        "--scale",
+        SCALE,
+        "--tokens",
+        "8",
+        "--interleave-tokens",
+        "8",
+    ),
+    "builds-broken": lambda tmp: verify(
+        "builds",
+        "--engine",
+        f"ref={fake()}",
+        "--engine",
+        f"broken={fake('--fail-start')}",
+        "--only",
+        "determinism",
+        "--tokens",
+        "4",
+    ),
 }
 
 
@@ -86,8 +132,10 @@ def test_an_engine_that_never_yields_fails_the_give_way_as_not_exercised(scenari
     out, _ = scenario("no-yield")
     assert out.returncode == 1, out.stdout + out.stderr
     # A loaded machine can see D's READ_START late and send E after D's read: not exercised either way.
-    assert ("[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
-            or "[NOT EXERCISED] interleave: D gives way to E: E was sent after D's read had ended" in out.stdout), out.stdout
+    assert (
+        "[NOT EXERCISED] interleave: D gives way to E: D was read to its end without giving way" in out.stdout
+        or "[NOT EXERCISED] interleave: D gives way to E: E was sent after D's read had ended" in out.stdout
+    ), out.stdout
     assert "C interleaved == solo: 16 tokens equal" in out.stdout  # the text itself was fine
     assert "--lacks give-way" in out.stdout  # says how an engine built without give-way declares it
 

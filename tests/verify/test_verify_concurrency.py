@@ -2,6 +2,7 @@
 counters or a stream that ended before the other began; never from how many tokens one stream got first, and
 never from a failed request. Unit tests on made-up streams, then the console script against the synthetic
 engine with a starved front end (the old token-count rule called it serial), a serial engine, and no counters."""
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def reader(bodies, family="vllm"):
         body = bodies[min(len(seen), len(bodies) - 1)]
         seen.append(body)
         return (200, body) if body is not None else (404, "")
+
     return CounterReader("http://unused", family, get=get)
 
 
@@ -76,6 +78,7 @@ def test_counters_saying_one_running_one_waiting_for_the_window_while_a_streams_
 
     def grow(_i):
         a.times.extend([a.times[-1] + 0.01] * 10)
+
     watch = ConcurrencyWatch(reader([VLLM_METRICS % (1, 1)]), rel, serial_window=2.0)
     reason = drive(watch, a, b, 30, grow=grow)
     assert reason is not None and "the engine's counters" in reason and "1 running and 1 waiting" in reason
@@ -91,6 +94,7 @@ def test_a_waiting_count_that_clears_restarts_the_window_and_two_running_once_ve
 
     def grow(_i):
         a.times.extend([a.times[-1] + 0.01] * 10)
+
     watch = ConcurrencyWatch(reader(bodies), rel, serial_window=2.0)
     assert drive(watch, a, b, 46, grow=grow) is None
     assert "2 running" in watch.concurrent
@@ -120,6 +124,7 @@ def test_llama_server_slots_show_concurrency_but_never_serial():
         if path == "/slots":
             return 200, json.dumps([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": True}])
         return 404, ""
+
     a, b = stream("A", times=[0.1]), stream("B", sent=0.05)
     watch = ConcurrencyWatch(CounterReader("http://unused", "llama.cpp", get=get), rel)
     assert watch.observe(a, b, now=0.5) is None
@@ -130,8 +135,10 @@ def test_llama_server_slots_show_concurrency_but_never_serial():
 def _a_tokens_before_b(raw):
     """Tokens one stream got after the other was sent and before the other's first token. Either may be the one
     held: the fake holds whichever reaches it second, and A's and B's threads race to send."""
+
     def before(x, y):
         return sum(1 for t in x["times"] if y["sent_at"] <= t < y["times"][0])
+
     a, b = raw["interleaved"]["A"], raw["interleaved"]["B"]
     return max(before(a, b), before(b, a))
 
@@ -139,11 +146,14 @@ def _a_tokens_before_b(raw):
 def test_a_starved_front_end_is_not_called_serial(tmp_path):
     """The engine runs both; B's first token reaches the client 3 s late. The old rule (256 tokens of A after B's
     send, none of B) called that one at a time; the counters show two running, the gate waits and passes."""
-    for extra, evidence in ((("--decode-ms", "2"), "the engine's counters (GET /metrics strata_requests_running"),
-                            (("--decode-ms", "2", "--no-metrics"), "the client's clock: A and B both received")):
+    for extra, evidence in (
+        (("--decode-ms", "2"), "the engine's counters (GET /metrics strata_requests_running"),
+        (("--decode-ms", "2", "--no-metrics"), "the client's clock: A and B both received"),
+    ):
         out = tmp_path / "run.json"
-        result = verify("interleave", "--scale", SCALE, "--engine", fake("--stall-second-ms", "3000", *extra),
-                        "--json", str(out))
+        result = verify(
+            "interleave", "--scale", SCALE, "--engine", fake("--stall-second-ms", "3000", *extra), "--json", str(out)
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"concurrency shown by {evidence}" in result.stdout
         assert _a_tokens_before_b(json.loads(out.read_text())["raw"]) >= 256  # what the old rule took for serial
@@ -157,8 +167,13 @@ def test_a_serial_engine_is_not_exercised_from_its_counters():
 
 
 def test_a_serial_engine_without_counters_is_not_exercised_once_a_ended_before_b_began():
-    result = verify("interleave", "--scale", SCALE, "--engine",
-                    fake("--serial", "--no-metrics", "--ctx", "2400", "--decode-ms", "0.5"))
+    result = verify(
+        "interleave",
+        "--scale",
+        SCALE,
+        "--engine",
+        fake("--serial", "--no-metrics", "--ctx", "2400", "--decode-ms", "0.5"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     # the serial fake serves whichever of A and B reaches it first
     assert re.search(r"A and B decode: the client's clock: (A|B) ended \(length", result.stdout), result.stdout

@@ -1,4 +1,5 @@
 """diverge: the first differing index, both sides' facts, and the kind of difference (near-tie only when proven)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,18 +10,26 @@ from strata_verify.diverge import CLEAR, NEAR, UNPROVEN, WRONG, compare_answers,
 
 
 def answer(ids, lps=None, tops=None, texts=None, top_ids=None):
-    return SimpleNamespace(token_ids=list(ids), logprobs=list(lps or []), top_logprobs=list(tops or []),
-                           token_texts=list(texts or []), top_ids=list(top_ids or []))
+    return SimpleNamespace(
+        token_ids=list(ids),
+        logprobs=list(lps or []),
+        top_logprobs=list(tops or []),
+        token_texts=list(texts or []),
+        top_ids=list(top_ids or []),
+    )
 
 
-@pytest.mark.parametrize("left,right,expected", [
-    ([1, 2, 3], [1, 2, 3], None),
-    ([1, 2, 3], [1, 9, 3], 1),
-    ([5], [6], 0),
-    ([1, 2], [1, 2, 3], 2),  # a prefix: differs where the shorter one ends
-    ([], [], None),
-    ([], [4], 0),
-])
+@pytest.mark.parametrize(
+    "left,right,expected",
+    [
+        ([1, 2, 3], [1, 2, 3], None),
+        ([1, 2, 3], [1, 9, 3], 1),
+        ([5], [6], 0),
+        ([1, 2], [1, 2, 3], 2),  # a prefix: differs where the shorter one ends
+        ([], [], None),
+        ([], [4], 0),
+    ],
+)
 def test_first_difference(left, right, expected):
     assert first_difference(left, right) == expected
 
@@ -60,7 +69,9 @@ def test_chosen_logprob_below_own_top1_is_a_wrong_token_even_without_texts():
 
 def test_logprob_that_disagrees_with_the_chosen_top1_entry_is_a_wrong_token():
     left = answer([5], [-0.05], [{" a": -0.1, " b": -2.0}], [" a"])  # ' a' chosen, with a logprob that is not a's
-    diff = compare_answers(left_name="L", left=left, right_name="R", right=answer([4], [-0.1], [{" b": -0.1, " a": -0.105}], [" b"]))
+    diff = compare_answers(
+        left_name="L", left=left, right_name="R", right=answer([4], [-0.1], [{" b": -0.1, " a": -0.105}], [" b"])
+    )
     assert diff.kind == WRONG and diff.wrong == ("L",) and "disagrees with its own top-1" in diff.describe()
 
 
@@ -92,7 +103,9 @@ def test_reference_side_ranked_by_token_id():
     assert diff.right.top1_verdict[0] is True and diff.right.margin == pytest.approx(0.005)
     assert diff.kind == CLEAR  # the engine side is decisive: not a near-tie
     wrong_ref = answer([4], [-0.9], top_ids=[[[3, -0.2], [4, -0.9]]])
-    assert compare_answers(left_name="engine", left=engine, right_name="reference", right=wrong_ref).wrong == ("reference",)
+    assert compare_answers(left_name="engine", left=engine, right_name="reference", right=wrong_ref).wrong == (
+        "reference",
+    )
 
 
 def test_length_only_difference_is_described():
@@ -107,7 +120,9 @@ def test_equal_answers_give_none():
 
 def test_to_dict_names_the_kind_and_each_sides_verdict():
     left = answer([5], [-2.0], [{" a": -0.1, " b": -2.0}], [" b"])
-    data = compare_answers(left_name="L", left=left, right_name="R", right=answer([4], [-0.1], [{" a": -0.1, " b": -2.0}], [" a"])).to_dict()
+    data = compare_answers(
+        left_name="L", left=left, right_name="R", right=answer([4], [-0.1], [{" a": -0.1, " b": -2.0}], [" a"])
+    ).to_dict()
     assert data["kind"] == WRONG and data["left"]["own_top1"] is False and data["right"]["own_top1"] is True
 
 

@@ -1,4 +1,5 @@
 """The shared launcher as the gate uses it: a fresh engine on a free port, `{port}`, readiness, stderr."""
+
 from __future__ import annotations
 
 import httpx

@@ -2,6 +2,7 @@
 temperature > 0 (interleaved == solo, run 1 == run 2) and stream == non-stream, each with a negative control that
 must fail: the synthetic engine with a fault flag (`--sample-fault`, `--stream-fault`). The unmodified fake passes
 all four steps (test_verify_cli's pass scenario counts them); the real engine's are in test_verify_broken_engines."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,10 @@ SCENARIOS = {
 @pytest.fixture(scope="module")
 def outcome():
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(verify, "interleave", "--engine", fake(*flags), "--scale", SCALE)
-                   for name, flags in SCENARIOS.items()}
+        futures = {
+            name: pool.submit(verify, "interleave", "--engine", fake(*flags), "--scale", SCALE)
+            for name, flags in SCENARIOS.items()
+        }
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -39,7 +42,9 @@ def test_the_unmodified_fake_passes_the_field_steps(outcome):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[    PASS     ] interleave: S seeded: interleaved == solo: 32 sampled tokens equal" in out.stdout
     assert "[    PASS     ] interleave: S seeded: run 1 == run 2: 32 sampled tokens equal" in out.stdout
-    assert "[    PASS     ] interleave: S stream == non-stream: 32 token ids, text and finish reason equal" in out.stdout
+    assert (
+        "[    PASS     ] interleave: S stream == non-stream: 32 token ids, text and finish reason equal" in out.stdout
+    )
     assert "[    PASS     ] interleave: E stream == non-stream: 16 token ids" in out.stdout
     assert "temperature 1, top_p 0.95, seed 7" in out.stdout and "tokens A and B received meanwhile" in out.stdout
 

@@ -1,4 +1,5 @@
 """The independent answers: a file that cannot be compared is refused; judging names request and phase."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,32 @@ from strata_verify.report import FAIL, INFO, PASS
 
 def reference_file(tmp_path, **overrides):
     ids = independent.prompt_ids("L1", 40, 258, 257, attempt=2)
-    answer = {"name": "L1", "prompt_tokens": 40, "attempt": 2, "prompt_sha256": answer_hash(ids),
-              "token_ids": [5, 6, 7], "sha256": answer_hash([5, 6, 7]), "tokens": 3,
-              "logprobs": [-0.1, -0.2, -0.3], "top_ids": [[[5, -0.1], [9, -2.0]], [[6, -0.2], [9, -2.0]], [[7, -0.3], [8, -2.0]]]}
+    answer = {
+        "name": "L1",
+        "prompt_tokens": 40,
+        "attempt": 2,
+        "prompt_sha256": answer_hash(ids),
+        "token_ids": [5, 6, 7],
+        "sha256": answer_hash([5, 6, 7]),
+        "tokens": 3,
+        "logprobs": [-0.1, -0.2, -0.3],
+        "top_ids": [[[5, -0.1], [9, -2.0]], [[6, -0.2], [9, -2.0]], [[7, -0.3], [8, -2.0]]],
+    }
     answer.update(overrides.pop("answer", {}))
-    data = {"format": independent.FORMAT, "made_by": {"implementation": "transformers x", "dtype": "float64",
-            "method": "one forward", "weights_sha256": "ab" * 32},
-            "vocab_size": 258, "eos_token_id": 257, "max_tokens": 3, "answers": [answer], **overrides}
+    data = {
+        "format": independent.FORMAT,
+        "made_by": {
+            "implementation": "transformers x",
+            "dtype": "float64",
+            "method": "one forward",
+            "weights_sha256": "ab" * 32,
+        },
+        "vocab_size": 258,
+        "eos_token_id": 257,
+        "max_tokens": 3,
+        "answers": [answer],
+        **overrides,
+    }
     path = tmp_path / "ind.json"
     path.write_text(json.dumps(data))
     return path
@@ -34,14 +54,17 @@ def test_load_rebuilds_prompts_from_their_seed(tmp_path):
     assert expected[0].token_ids == [5, 6, 7] and "float64" in independent.made_by(data)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"format": "other/1"}, "is not a strata-verify-independent/1 file"),
-    ({"answers": []}, "zero answers"),
-    ({"max_tokens": 0}, "positive integers"),
-    ({"answer": {"sha256": "0" * 64}}, "do not match its tokens/sha256"),
-    ({"answer": {"prompt_sha256": "0" * 64}}, "rebuilt from its seed hashes differently"),
-    ({"answer": {"token_ids": None}}, "lacks name, prompt_tokens or token_ids"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"format": "other/1"}, "is not a strata-verify-independent/1 file"),
+        ({"answers": []}, "zero answers"),
+        ({"max_tokens": 0}, "positive integers"),
+        ({"answer": {"sha256": "0" * 64}}, "do not match its tokens/sha256"),
+        ({"answer": {"prompt_sha256": "0" * 64}}, "rebuilt from its seed hashes differently"),
+        ({"answer": {"token_ids": None}}, "lacks name, prompt_tokens or token_ids"),
+    ],
+)
 def test_unusable_files_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(ManifestError, match=message):
         independent.load(reference_file(tmp_path, **change))
@@ -61,9 +84,16 @@ def make_run(tmp_path, solo, together, events=None):
 
     def answer(phase, ids):
         texts = [f"t{t}" for t in ids]
-        return Completion(name="L1", request_id=f"verify-{phase}-L1-x", token_ids=ids, logprobs=[-0.1, -0.2, -0.3],
-                          top_logprobs=[{f"t{t}": lp, "z": -5.0} for t, lp in zip(ids, [-0.1, -0.2, -0.3])],
-                          token_texts=texts, times=[1.0, 2.0, 3.0])
+        return Completion(
+            name="L1",
+            request_id=f"verify-{phase}-L1-x",
+            token_ids=ids,
+            logprobs=[-0.1, -0.2, -0.3],
+            top_logprobs=[{f"t{t}": lp, "z": -5.0} for t, lp in zip(ids, [-0.1, -0.2, -0.3])],
+            token_texts=texts,
+            times=[1.0, 2.0, 3.0],
+        )
+
     run.answers = {"solo": {"L1": answer("solo", solo)}, "together": {"L1": answer("together", together)}}
     return run
 
@@ -80,11 +110,16 @@ def test_equal_answers_pass_and_a_wrong_one_names_request_phase_and_index(tmp_pa
 
 def test_together_reports_give_way_and_checks_resume(tmp_path):
     rid = "verify-together-L1-x"
-    events = [{"index": 0, "kind": "PIECE", "request_id": rid, "tokens": 16, "tokens_read": 16, "_arrived": 0.5},
-              {"index": 1, "kind": "YIELDED", "request_id": rid, "tokens_read": 16, "to": "S", "_arrived": 0.6},
-              {"index": 2, "kind": "RESUME", "request_id": rid, "tokens_read": 32, "_arrived": 0.9}]
+    events = [
+        {"index": 0, "kind": "PIECE", "request_id": rid, "tokens": 16, "tokens_read": 16, "_arrived": 0.5},
+        {"index": 1, "kind": "YIELDED", "request_id": rid, "tokens_read": 16, "to": "S", "_arrived": 0.6},
+        {"index": 2, "kind": "RESUME", "request_id": rid, "tokens_read": 32, "_arrived": 0.9},
+    ]
     steps = {s.name: s for s in judge(make_run(tmp_path, [5, 6, 7], [5, 6, 7], events))}
-    assert steps["together: how the reads went"].status == INFO and "1 give-way" in steps["together: how the reads went"].reason
+    assert (
+        steps["together: how the reads went"].status == INFO
+        and "1 give-way" in steps["together: how the reads went"].reason
+    )
     assert steps["resume offsets"].status == FAIL and "request L1" in steps["resume offsets"].reason
 
 

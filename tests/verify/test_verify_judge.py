@@ -1,4 +1,5 @@
 """strata_verify.interleave.steps.judge on hand-made evidence: a step passes only when its interleaving is proved."""
+
 from __future__ import annotations
 
 from strata_verify.client import Completion
@@ -15,9 +16,17 @@ RELEASE = {"piped_read_piece": 0, "batch_groups": 2, "vocab_size": 100}
 
 def answer(name, sent, times, ids=None, cancelled=False):
     ids = ids if ids is not None else [10 + i for i in range(len(times))]
-    return Completion(name=name, request_id=f"verify-interleave-{name}-x", sent_at=sent, token_ids=list(ids),
-                      times=list(times), logprobs=[-0.5] * len(ids), top_logprobs=[None] * len(ids),
-                      finish_reason=None if cancelled else "length", cancelled=cancelled)
+    return Completion(
+        name=name,
+        request_id=f"verify-interleave-{name}-x",
+        sent_at=sent,
+        token_ids=list(ids),
+        times=list(times),
+        logprobs=[-0.5] * len(ids),
+        top_logprobs=[None] * len(ids),
+        finish_reason=None if cancelled else "length",
+        cancelled=cancelled,
+    )
 
 
 def event(index, kind, name, t, **fields):
@@ -26,34 +35,53 @@ def event(index, kind, name, t, **fields):
 
 def make_run(info=PIECED, yielded=True, c_pieces=4, events_available=True):
     """A: tokens every 0.1 s from 0.1 to 6 s; C read 1.0-2.0 s; D read 3.0-4.0 s, E sent 3.05 s."""
-    run = InterleaveRun(target=Target(command="fake"), options=InterleaveOptions(plan=InterleavePlan(scale=0.05)),
-                        info=dict(info), nonce="x")
+    run = InterleaveRun(
+        target=Target(command="fake"),
+        options=InterleaveOptions(plan=InterleavePlan(scale=0.05)),
+        info=dict(info),
+        nonce="x",
+    )
     run.prompts = {"A": [1] * 13, "B": [2] * 16, "C": [3] * 2000, "D": [4] * 2000, "E": [5] * 250}
     decode = [round(0.1 * i, 2) for i in range(1, 61)]
     if c_pieces < 2:  # one run: A and B get nothing while C is read
         decode = [t for t in decode if not 1.0 < t < 2.0]
-    run.interleaved = {"A": answer("A", 0.0, decode, cancelled=True), "B": answer("B", 0.0, decode, cancelled=True),
-                       "C": answer("C", 0.9, [2.05 + 0.01 * i for i in range(16)]),
-                       "D": answer("D", 2.9, [4.05 + 0.01 * i for i in range(16)]),
-                       "E": answer("E", 3.05, [3.5 + 0.01 * i for i in range(16)])}
+    run.interleaved = {
+        "A": answer("A", 0.0, decode, cancelled=True),
+        "B": answer("B", 0.0, decode, cancelled=True),
+        "C": answer("C", 0.9, [2.05 + 0.01 * i for i in range(16)]),
+        "D": answer("D", 2.9, [4.05 + 0.01 * i for i in range(16)]),
+        "E": answer("E", 3.05, [3.5 + 0.01 * i for i in range(16)]),
+    }
     run.solo = {k: answer(k, 0.0, v.times, v.token_ids) for k, v in run.interleaved.items()}
     # S, seeded: sampled 0.5-0.8 s beside A and B; alone twice; S and E again not streamed
     s_ids, tops = [20 + i for i in range(4)], [{"x": -0.1}, None, None, None]  # token 0 drew off the argmax
     run.prompts["S"] = [6] * 48
-    run.sampled = {"interleaved": answer("S", 0.45, [0.5, 0.6, 0.7, 0.8], s_ids),
-                   "solo": answer("S", 0.0, [0.1] * 4, s_ids), "solo again": answer("S", 0.0, [0.1] * 4, s_ids)}
+    run.sampled = {
+        "interleaved": answer("S", 0.45, [0.5, 0.6, 0.7, 0.8], s_ids),
+        "solo": answer("S", 0.0, [0.1] * 4, s_ids),
+        "solo again": answer("S", 0.0, [0.1] * 4, s_ids),
+    }
     for sampled in run.sampled.values():
         sampled.ended_at, sampled.top_logprobs = sampled.times[-1], list(tops)
     run.whole = {"S": answer("S", 0.0, [0.1] * 4, s_ids), "E": answer("E", 0.0, [0.1] * 16, run.solo["E"].token_ids)}
     w = EventWatcher("http://unused")
     w.available = events_available
     evs = [event(0, "READ_START", "C", 1.0)]
-    evs += [event(1 + i, "PIECE", "C", 1.0 + (i + 1) * 1.0 / c_pieces, tokens=512, decode_steps=4) for i in range(c_pieces)]
-    evs += [event(20, "READ_DONE", "C", 2.0), event(21, "READ_START", "D", 3.0), event(22, "PIECE", "D", 3.3, tokens=512)]
+    evs += [
+        event(1 + i, "PIECE", "C", 1.0 + (i + 1) * 1.0 / c_pieces, tokens=512, decode_steps=4) for i in range(c_pieces)
+    ]
+    evs += [
+        event(20, "READ_DONE", "C", 2.0),
+        event(21, "READ_START", "D", 3.0),
+        event(22, "PIECE", "D", 3.3, tokens=512),
+    ]
     if yielded:
         evs.append(event(23, "YIELDED", "D", 3.31, slot=2, tokens_read=512, to="verify-interleave-E-x"))
-    evs += [event(24, "READ_START", "E", 3.32), event(25, "READ_DONE", "E", 3.5 if yielded else 4.2),
-            event(26, "READ_DONE", "D", 4.0)]
+    evs += [
+        event(24, "READ_START", "E", 3.32),
+        event(25, "READ_DONE", "E", 3.5 if yielded else 4.2),
+        event(26, "READ_DONE", "D", 4.0),
+    ]
     w.events = evs if events_available else []
     run.watcher = w
     return run
@@ -72,8 +100,12 @@ def test_everything_proved_passes():
     assert d.status == PASS and "512 tokens" in d.reason and any("YIELDED 2 512" in e for e in d.evidence)
     assert all(steps[f"{n} interleaved == solo"].status == PASS for n in "ABCDE")
     assert steps["logprobs interleaved vs solo"].status == INFO
-    for name in ("S seeded: interleaved == solo", "S seeded: run 1 == run 2", "S stream == non-stream",
-                 "E stream == non-stream"):
+    for name in (
+        "S seeded: interleaved == solo",
+        "S seeded: run 1 == run 2",
+        "S stream == non-stream",
+        "E stream == non-stream",
+    ):
         assert steps[name].status == PASS, steps[name]
 
 
@@ -134,8 +166,14 @@ def test_a_server_that_runs_one_request_at_a_time_is_not_exercised_with_that_rea
 def test_without_token_ids_equality_is_on_text():
     run = make_run()
     for side in (run.interleaved, run.solo):
-        side["C"] = Completion(name="C", request_id="c", sent_at=0.9, text="def f(x):\n    return x", times=[2.1] * 5,
-                               finish_reason="length")
+        side["C"] = Completion(
+            name="C",
+            request_id="c",
+            sent_at=0.9,
+            text="def f(x):\n    return x",
+            times=[2.1] * 5,
+            finish_reason="length",
+        )
     assert by_name(judge(run))["C interleaved == solo"].status == PASS
     run.solo["C"].text = "def f(y):\n    return y"
     step = by_name(judge(run))["C interleaved == solo"]

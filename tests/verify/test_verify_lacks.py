@@ -1,5 +1,6 @@
 """Declaring behaviours absent (`--lacks`): their steps become not applicable, equality never does; the default
 stays the spec's (a missing give-way fails, naming give-way and how to declare it)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -88,13 +89,21 @@ def test_a_fail_in_a_declared_step_is_never_hidden():
 
 
 def test_only_not_applicable_steps_is_never_a_pass():
-    report = Report(steps=[Step("interleave", "D gives way to E", NOT_APPLICABLE, "declared"),
-                           Step("interleave", "logprobs", INFO, "none")])
+    report = Report(
+        steps=[
+            Step("interleave", "D gives way to E", NOT_APPLICABLE, "declared"),
+            Step("interleave", "logprobs", INFO, "none"),
+        ]
+    )
     assert report.exit_code == EXIT_FAIL
 
 
 def test_junit_marks_not_applicable_as_skipped():
-    report = Report(steps=[Step("interleave", "D gives way to E", NOT_APPLICABLE, "declared"),
-                           Step("interleave", "A interleaved == solo", PASS, "equal")])
+    report = Report(
+        steps=[
+            Step("interleave", "D gives way to E", NOT_APPLICABLE, "declared"),
+            Step("interleave", "A interleaved == solo", PASS, "equal"),
+        ]
+    )
     xml = junit.to_xml(report)
     assert "<skipped" in xml and 'skipped="1"' in xml and 'failures="0"' in xml

@@ -1,4 +1,5 @@
 """manifest: what a release keeps, refusing files that cannot be compared, naming each differing prompt."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,25 @@ PROMPTS = (("p1", "one"), ("p2", "two"), ("p3", "three"))
 
 
 def make_run(answers: dict[str, list[int]], runs: int = 2) -> DeterminismRun:
-    run = DeterminismRun(target=Target(command="engine"), options=DeterminismOptions(tokens=4, prompts=PROMPTS),
-                         info={"device": "cpu", "dtype": "fp32", "model": "tiny", "version": "0.1.0"})
-    run.runs = [{name: Completion(name=name, request_id=name, token_ids=list(ids), prompt_token_ids=[1, 2])
-                 for name, ids in answers.items()} for _ in range(runs)]
+    run = DeterminismRun(
+        target=Target(command="engine"),
+        options=DeterminismOptions(tokens=4, prompts=PROMPTS),
+        info={"device": "cpu", "dtype": "fp32", "model": "tiny", "version": "0.1.0"},
+    )
+    run.runs = [
+        {
+            name: Completion(name=name, request_id=name, token_ids=list(ids), prompt_token_ids=[1, 2])
+            for name, ids in answers.items()
+        }
+        for _ in range(runs)
+    ]
     run.steps = judge(run)
     return run
 
 
 def test_answer_hash_is_sha256_of_comma_joined_ids():
     import hashlib
+
     assert answer_hash([1, 22, 333]) == hashlib.sha256(b"1,22,333").hexdigest()
 
 
@@ -34,7 +44,9 @@ def test_round_trip_and_match(tmp_path):
     manifest.save(manifest.build(run), path)
     data = manifest.load(path)
     assert data["environment"]["device"] == "cpu" and "packages" in data["environment"]
-    assert [a["sha256"] for a in data["answers"]] == [answer_hash(ids) for ids in ([1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9])]
+    assert [a["sha256"] for a in data["answers"]] == [
+        answer_hash(ids) for ids in ([1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9])
+    ]
     steps = manifest.compare(data, run, "m.json")
     assert [s.status for s in steps] == [PASS, PASS, PASS, INFO]
 
@@ -59,14 +71,17 @@ def test_different_max_tokens_cannot_be_compared(tmp_path):
     assert len(steps) == 1 and steps[0].status == FAIL and "--tokens 64" in steps[0].reason
 
 
-@pytest.mark.parametrize("content,message", [
-    (None, "does not exist"),
-    ("", "is empty"),
-    ("{not json", "not JSON"),
-    (json.dumps({"format": "other"}), "is not a"),
-    (json.dumps({"format": manifest.FORMAT, "max_tokens": 4, "answers": []}), "zero answers"),
-    (json.dumps({"format": manifest.FORMAT, "max_tokens": 4, "answers": [{"name": "p1"}]}), "lacks"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "does not exist"),
+        ("", "is empty"),
+        ("{not json", "not JSON"),
+        (json.dumps({"format": "other"}), "is not a"),
+        (json.dumps({"format": manifest.FORMAT, "max_tokens": 4, "answers": []}), "zero answers"),
+        (json.dumps({"format": manifest.FORMAT, "max_tokens": 4, "answers": [{"name": "p1"}]}), "lacks"),
+    ],
+)
 def test_unusable_manifests_are_refused(tmp_path, content, message):
     path = tmp_path / "m.json"
     if content is not None:

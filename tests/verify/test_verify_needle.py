@@ -1,5 +1,6 @@
 """`strata-verify needle` against the synthetic engine: a needle among fillers answers as alone; a bug at a
 batch size, or logprobs that move with the batch on an engine claiming invariance, fail naming the request."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 The sim executor runs the real server and scheduler with a cost model instead of weights; the
 reference-engine tests run the bundled tiny model on CPU and compare with the committed golden manifest.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -40,8 +41,17 @@ def test_the_release_fails_step_4_on_the_sim_engine():
 
 def test_release_and_pieces_give_the_same_six_hashes_on_the_sim_engine():
     """The spec: 'With the variables unset, both builds gave the same SHA-256 for six greedy answers, twice each.'"""
-    out = verify("builds", "--only", "determinism", "--tokens", "16", "--engine", f"release={SIM}",
-                 "--engine", f"piece={SIM.replace(ENGINE, 'env STRATA_PIPED_READ_PIECE=4096 ' + ENGINE, 1)}")
+    out = verify(
+        "builds",
+        "--only",
+        "determinism",
+        "--tokens",
+        "16",
+        "--engine",
+        f"release={SIM}",
+        "--engine",
+        f"piece={SIM.replace(ENGINE, 'env STRATA_PIPED_READ_PIECE=4096 ' + ENGINE, 1)}",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("same answer (release vs piece)") == 6
 

@@ -1,4 +1,5 @@
 """report and junit: exit codes (never a pass on nothing), text, markdown and JUnit XML."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -24,9 +25,13 @@ def test_unknown_status_is_refused():
 
 
 def test_text_and_markdown_show_reason_evidence_and_stderr():
-    report = Report([Step("interleave", "C interleaved == solo", FAIL, "differs at token 3", ("index 3: 5 vs 6",)),
-                     Step("interleave", "D gives way to E", NOT_EXERCISED, "no YIELDED | event")],
-                    meta={"engine": "strata-engine serve"})
+    report = Report(
+        [
+            Step("interleave", "C interleaved == solo", FAIL, "differs at token 3", ("index 3: 5 vs 6",)),
+            Step("interleave", "D gives way to E", NOT_EXERCISED, "no YIELDED | event"),
+        ],
+        meta={"engine": "strata-engine serve"},
+    )
     text = report.render_text()
     assert "differs at token 3" in text and "index 3: 5 vs 6" in text and "NOT EXERCISED" in text
     assert "engine: strata-engine serve" in text and "exit 1" in text
@@ -37,11 +42,15 @@ def test_text_and_markdown_show_reason_evidence_and_stderr():
 
 
 def test_junit_counts_failures_and_errors(tmp_path):
-    report = Report([Step("interleave", "A interleaved == solo", PASS, "12 tokens equal"),
-                     Step("interleave", "C interleaved == solo", FAIL, "differs at token 3", ("index 3",)),
-                     Step("interleave", "D gives way to E", NOT_EXERCISED, "no YIELDED"),
-                     Step("determinism", "p1 same in every run", PASS, "sha256 ab", build="B"),
-                     Step("interleave", "logprobs", INFO, "largest 0")])
+    report = Report(
+        [
+            Step("interleave", "A interleaved == solo", PASS, "12 tokens equal"),
+            Step("interleave", "C interleaved == solo", FAIL, "differs at token 3", ("index 3",)),
+            Step("interleave", "D gives way to E", NOT_EXERCISED, "no YIELDED"),
+            Step("determinism", "p1 same in every run", PASS, "sha256 ab", build="B"),
+            Step("interleave", "logprobs", INFO, "largest 0"),
+        ]
+    )
     path = tmp_path / "j.xml"
     junit.write(report, path)
     root = ET.parse(path).getroot()

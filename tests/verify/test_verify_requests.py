@@ -1,10 +1,17 @@
 """requests: the spec's sizes, scaling, the default piece, and prompts that are the same on every build."""
+
 from __future__ import annotations
 
 import pytest
 
-from strata_verify.requests import (InterleavePlan, default_engine_command, default_piece, name_of, random_prompt,
-                                    request_id)
+from strata_verify.requests import (
+    InterleavePlan,
+    default_engine_command,
+    default_piece,
+    name_of,
+    random_prompt,
+    request_id,
+)
 
 
 def test_scale_one_is_the_spec():
@@ -14,7 +21,9 @@ def test_scale_one_is_the_spec():
     assert lengths["C"] == lengths["D"] == 40_000
     assert 2 * lengths["E"] < lengths["D"]  # E may take over D's read
     for scale in (0.05, 1.0):  # the context C's prompt needs, asked for, never the engine's memory-sized default
-        assert f"--ctx {(InterleavePlan(scale=scale).needed_ctx() + 1024) // 1024 * 1024}" in default_engine_command(scale)
+        assert f"--ctx {(InterleavePlan(scale=scale).needed_ctx() + 1024) // 1024 * 1024}" in default_engine_command(
+            scale
+        )
 
 
 @pytest.mark.parametrize("scale,piece,pieces_of_c", [(0.05, 512, 4), (0.1, 1536, 3), (1.0, 16_384, 3)])
@@ -35,8 +44,15 @@ def test_prompts_are_stable_and_never_eos():
     assert random_prompt("k", 5, 50, None) == random_prompt("k", 5, 50, None) != random_prompt("j", 5, 50, None)
 
 
-@pytest.mark.parametrize("kwargs,message", [({"scale": 0}, "scale"), ({"scale": -1}, "scale"),
-                                            ({"answer_tokens": 0}, "tokens"), ({"scale": 1e-5}, "long prompt")])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"scale": 0}, "scale"),
+        ({"scale": -1}, "scale"),
+        ({"answer_tokens": 0}, "tokens"),
+        ({"scale": 1e-5}, "long prompt"),
+    ],
+)
 def test_bad_plans_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         InterleavePlan(**kwargs)

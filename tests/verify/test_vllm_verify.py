@@ -6,6 +6,7 @@ gate passes, every equality check included, with no hand-given vocabulary (the c
 tokenizer equals ours and sends token ids); without the declaration it fails, naming give-way. vLLM's
 greedy answers equal Strata's committed golden ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_interleave_on_vllm_passes_with_give_way_declared_absent(vllm_server, tmp_path):
-    declared = verify("interleave", "--url", vllm_server, "--scale", SCALE, "--lacks", "give-way",
-                      "--json", str(tmp_path / "declared.json"))
+    declared = verify(
+        "interleave",
+        "--url",
+        vllm_server,
+        "--scale",
+        SCALE,
+        "--lacks",
+        "give-way",
+        "--json",
+        str(tmp_path / "declared.json"),
+    )
     assert declared.returncode == 0, declared.stdout + declared.stderr
     report = json.loads((tmp_path / "declared.json").read_text())
     steps = {s["name"]: s for s in report["report"]["steps"]}
@@ -37,7 +47,8 @@ def test_interleave_on_vllm_passes_with_give_way_declared_absent(vllm_server, tm
 
 
 def test_determinism_on_vllm_equals_the_golden_manifest(vllm_server):
-    det = verify("determinism", "--url", vllm_server, "--against",
-                 str(REPO / "strata_verify" / "golden" / "reference-cpu.json"))
+    det = verify(
+        "determinism", "--url", vllm_server, "--against", str(REPO / "strata_verify" / "golden" / "reference-cpu.json")
+    )
     assert det.returncode == 0, det.stdout + det.stderr
     assert "12 passed" in det.stdout

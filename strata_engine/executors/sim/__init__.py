@@ -4,6 +4,7 @@
 virtual clock for runs faster than real time), `calibrate.py` (the model against the spec's figures:
 `python -m strata_engine.executors.sim.calibrate pr2050-2x5090`).
 """
+
 from .executor import SimExecutor
 from .profile import CostProfile, load_profile
 

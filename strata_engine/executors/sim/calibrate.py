@@ -5,6 +5,7 @@ time) and returns every request's token times; `scenario_metrics` turns them int
 figures; `python -m strata_engine.executors.sim.calibrate [profile]` prints model vs measured for the three
 arms of spec PR 2050 (release, 32K pieces, 16K pieces). docs/measurements/pr2050-sim.md explains the calibration.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,14 @@ class TimelineSink:
 
     def on_token(self, request: Request, token: Any) -> str | None:
         self.tokens.setdefault(request.request_id, []).append((self.clock.now, token.token_id))
-        return finish_reason(token.token_id, tokens_generated=request.tokens_generated, prompt_tokens=request.prompt_tokens,
-                             max_tokens=request.max_tokens, ctx=self.ctx, eos_token_id=None)
+        return finish_reason(
+            token.token_id,
+            tokens_generated=request.tokens_generated,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            ctx=self.ctx,
+            eos_token_id=None,
+        )
 
     def on_finish(self, request: Request) -> None:
         self.finished.append(request)
@@ -73,8 +80,13 @@ class TimelineSink:
         return [t for t, _ in self.tokens.get(request_id, [])]
 
 
-def simulate(profile: CostProfile, config: SchedulerConfig, requests: list[SimRequest], tail_s: float = 2.0,
-             max_steps: int = 1_000_000) -> tuple[TimelineSink, EventLog, dict[str, float]]:
+def simulate(
+    profile: CostProfile,
+    config: SchedulerConfig,
+    requests: list[SimRequest],
+    tail_s: float = 2.0,
+    max_steps: int = 1_000_000,
+) -> tuple[TimelineSink, EventLog, dict[str, float]]:
     """Run a scenario; streams are cancelled `tail_s` after the last joiner's first token."""
     clock = VirtualClock()
     sink, events = TimelineSink(clock, ctx=config.ctx), EventLog()
@@ -82,8 +94,11 @@ def simulate(profile: CostProfile, config: SchedulerConfig, requests: list[SimRe
     scheduler = Scheduler(config, executor, clock=clock, sink=sink, events=events)
     sends = {r.name: r.at_s for r in requests}
     for spec in requests:
-        request = Request(spec.name, [(zlib.crc32(spec.name.encode()) + 7 * i) % 32000 for i in range(spec.prompt_tokens)],
-                          1 << 30 if spec.stream else spec.max_tokens)
+        request = Request(
+            spec.name,
+            [(zlib.crc32(spec.name.encode()) + 7 * i) % 32000 for i in range(spec.prompt_tokens)],
+            1 << 30 if spec.stream else spec.max_tokens,
+        )
         clock.at(spec.at_s, lambda request=request: scheduler.add(request))
     joiners = [r.name for r in requests if not r.stream]
     streams = [r.name for r in requests if r.stream]
@@ -106,8 +121,15 @@ def simulate(profile: CostProfile, config: SchedulerConfig, requests: list[SimRe
 
 def scenario_config(piece_tokens: int, num_stages: int = 2, **overrides: Any) -> SchedulerConfig:
     """The spec's setup: --batch 6 --batch-groups 2, chunk 1024 (32K pieces need 32 x 1024), STRATA_PIPED_DECODE_MAX_MS=400."""
-    base = SchedulerConfig(batch=6, batch_groups=2, num_stages=num_stages, prefill_chunk=1024, ctx=256 * K,
-                           piped_read_piece=piece_tokens, decode_max_ms=400.0)
+    base = SchedulerConfig(
+        batch=6,
+        batch_groups=2,
+        num_stages=num_stages,
+        prefill_chunk=1024,
+        ctx=256 * K,
+        piped_read_piece=piece_tokens,
+        decode_max_ms=400.0,
+    )
     return replace(base, **overrides)
 
 
@@ -115,7 +137,9 @@ def two_joiners(profile: CostProfile, piece_tokens: int, **overrides: Any) -> di
     streams = [SimRequest(f"stream{i}", 64, stream=True) for i in range(4)]
     settle = 5.0  # the four short reads are done and the streams decode (a read costs ~0.7 s fixed here)
     joiners = [SimRequest("join64k", 64 * K, settle), SimRequest("join32k", 32 * K, settle + 6.0)]
-    sink, _, sends = simulate(profile, scenario_config(piece_tokens, profile.num_stages, **overrides), streams + joiners)
+    sink, _, sends = simulate(
+        profile, scenario_config(piece_tokens, profile.num_stages, **overrides), streams + joiners
+    )
     send = min(sends[j.name] for j in joiners)
     last_first = max(sink.times(j.name)[0] for j in joiners)
     pauses, paused, meanwhile = [], [], 0
@@ -140,7 +164,9 @@ def two_joiners(profile: CostProfile, piece_tokens: int, **overrides: Any) -> di
 
 def followup(profile: CostProfile, piece_tokens: int, **overrides: Any) -> dict[str, float]:
     requests = [SimRequest("read45k", 45 * K), SimRequest("question", 24, at_s=1.0)]
-    sink, _, sends = simulate(profile, scenario_config(piece_tokens, profile.num_stages, **overrides), requests, tail_s=0.0)
+    sink, _, sends = simulate(
+        profile, scenario_config(piece_tokens, profile.num_stages, **overrides), requests, tail_s=0.0
+    )
     return {
         "one-line question sent 1 s in: its TTFT (s)": sink.times("question")[0] - sends["question"],
         "the 45K prompt's TTFT (s)": sink.times("read45k")[0] - sends["read45k"],
@@ -148,8 +174,12 @@ def followup(profile: CostProfile, piece_tokens: int, **overrides: Any) -> dict[
 
 
 def read_alone(profile: CostProfile, piece_tokens: int, **overrides: Any) -> dict[str, float]:
-    sink, _, _ = simulate(profile, scenario_config(piece_tokens, profile.num_stages, **overrides),
-                          [SimRequest("read45k", 45 * K)], tail_s=0.0)
+    sink, _, _ = simulate(
+        profile,
+        scenario_config(piece_tokens, profile.num_stages, **overrides),
+        [SimRequest("read45k", 45 * K)],
+        tail_s=0.0,
+    )
     return {"the same prompt read alone (s)": sink.times("read45k")[0]}
 
 
@@ -158,8 +188,12 @@ SCENARIOS = {"two_joiners": two_joiners, "followup": followup, "read_alone": rea
 
 def report(profile: CostProfile) -> str:
     """Markdown: each figure, model vs measured, per arm."""
-    lines = [f"Sim profile `{profile.name}` vs spec PR 2050 (model / measured)", "",
-             "| scenario | figure | " + " | ".join(ARMS) + " |", "|---|---|" + "---:|" * len(ARMS)]
+    lines = [
+        f"Sim profile `{profile.name}` vs spec PR 2050 (model / measured)",
+        "",
+        "| scenario | figure | " + " | ".join(ARMS) + " |",
+        "|---|---|" + "---:|" * len(ARMS),
+    ]
     for scenario, figures in SPEC_FIGURES.items():
         model = [SCENARIOS[scenario](profile, piece) for piece in ARMS.values()]
         for name, measured in figures.items():
@@ -173,7 +207,9 @@ def _fmt(value: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata_engine.executors.sim.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m strata_engine.executors.sim.calibrate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("profile", nargs="?", default="pr2050-2x5090", help="profile name or JSON path")
     args = parser.parse_args(argv)
     try:

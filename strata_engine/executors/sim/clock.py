@@ -4,6 +4,7 @@ Contract: `clock()` returns the current virtual time (seconds); `sleep(dt)` move
 every timer (`at(t, fn)`) due on the way, each at its own time, so work scheduled "6 s later" arrives
 mid-run exactly when it should. Nothing waits in wall time; single-threaded by design.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -8,6 +8,7 @@ are) and halves the rest over `CANDIDATES - 1` others; a sampled request draws a
 temperature, top-k and top-p, as runtime/sampler.py does over real logits, so gates that check seeded
 sampling see real draws. Greedy requests get exactly what the simulator always gave.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,9 +24,19 @@ def _uniforms(data: bytes) -> tuple[float, float]:
     return int.from_bytes(h[:8], "little") / 2**64, int.from_bytes(h[8:], "little") / 2**64
 
 
-def sim_token(digest: bytes, index: int, engine_seed: int, vocab_size: int, eos_token_id: int,
-              eos_probability: float, logprobs: int | None, temperature: float = 0.0, top_p: float = 1.0,
-              top_k: int = 0, seed: int = 0) -> SampledToken:
+def sim_token(
+    digest: bytes,
+    index: int,
+    engine_seed: int,
+    vocab_size: int,
+    eos_token_id: int,
+    eos_probability: float,
+    logprobs: int | None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+) -> SampledToken:
     """The token at output `index` (see the module's contract)."""
     u1, u2 = _uniforms(digest + index.to_bytes(8, "little") + engine_seed.to_bytes(8, "little", signed=True))
     if eos_probability > 0 and u2 < eos_probability:
@@ -39,8 +50,13 @@ def sim_token(digest: bytes, index: int, engine_seed: int, vocab_size: int, eos_
     ids = [token] + [(token + 1 + j * 7919) % vocab_size for j in range(1, CANDIDATES)]
     pick = 0
     if temperature > 0 and token != eos_token_id:
-        pick = _draw(probs, temperature, top_p, top_k,
-                     _uniforms(digest + index.to_bytes(8, "little") + seed.to_bytes(8, "little", signed=True) + b"draw")[0])
+        pick = _draw(
+            probs,
+            temperature,
+            top_p,
+            top_k,
+            _uniforms(digest + index.to_bytes(8, "little") + seed.to_bytes(8, "little", signed=True) + b"draw")[0],
+        )
     if logprobs is None:
         return SampledToken(ids[pick])
     top = tuple((ids[j], math.log(probs[j])) for j in range(min(logprobs, CANDIDATES)))

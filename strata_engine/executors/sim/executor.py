@@ -7,6 +7,7 @@ arrival. Tokens depend only on (prompt ids, output index, seed, the request's sa
 request gets the same tokens solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
 raises ValueError on a misuse, so scheduler bugs surface in tests.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,10 +83,22 @@ class SimExecutor(SimPrefixCopies):
             self._digests[request.request_id] = digest
         p = request.params
         if p is None or p.greedy:
-            return sim_token(digest, index, self.seed, self.vocab_size, self.eos_token_id, self.eos_probability,
-                             request.logprobs)
-        return sim_token(digest, index, self.seed, self.vocab_size, self.eos_token_id, self.eos_probability,
-                         request.logprobs, p.temperature, p.top_p, p.top_k, request.seed)
+            return sim_token(
+                digest, index, self.seed, self.vocab_size, self.eos_token_id, self.eos_probability, request.logprobs
+            )
+        return sim_token(
+            digest,
+            index,
+            self.seed,
+            self.vocab_size,
+            self.eos_token_id,
+            self.eos_probability,
+            request.logprobs,
+            p.temperature,
+            p.top_p,
+            p.top_k,
+            request.seed,
+        )
 
     # -- time ---------------------------------------------------------------------------------------
     def _begin(self) -> None:
@@ -115,7 +128,9 @@ class SimExecutor(SimPrefixCopies):
             if not start < end or (nxt is not None and nxt[0] != end):
                 raise ValueError(f"read of {rid}: chunks must be non-empty and contiguous, got {list(chunks)}")
         if chunks[-1][1] > request.prompt_tokens:
-            raise ValueError(f"read of {rid}: chunk ends at {chunks[-1][1]} past the prompt's {request.prompt_tokens} tokens")
+            raise ValueError(
+                f"read of {rid}: chunk ends at {chunks[-1][1]} past the prompt's {request.prompt_tokens} tokens"
+            )
 
     def _check_decode(self, request: Request) -> None:
         held = self._kv.get(request.slot)
@@ -148,8 +163,14 @@ class SimExecutor(SimPrefixCopies):
         return delivered
 
     # -- the protocol -------------------------------------------------------------------------------
-    def read(self, request: Request, chunks: Sequence[tuple[int, int]], on_token: OnToken,
-             should_stop: Callable[[], bool] | None = None, budget_ms: float | None = None) -> RunResult:
+    def read(
+        self,
+        request: Request,
+        chunks: Sequence[tuple[int, int]],
+        on_token: OnToken,
+        should_stop: Callable[[], bool] | None = None,
+        budget_ms: float | None = None,
+    ) -> RunResult:
         """One run. At each chunk's issue (stage 0 free) after the first, `read_policy.end_run` decides on
         the completions modelled so far (what a real executor knows: it sees only finished chunks)
         whether the run ends there (should_stop, or budget_ms by the run-end estimate): the chunks in
@@ -166,8 +187,15 @@ class SimExecutor(SimPrefixCopies):
                 if should_stop is not None or budget_ms is not None:
                     self._wait_until(issue)
                     measured = [t for t in completions if t <= issue]  # what a real executor knows by now
-                    if end_run(should_stop, budget_ms, measured, len(completions) - len(measured), issue,
-                               self._read_interval_ms, self.num_stages):
+                    if end_run(
+                        should_stop,
+                        budget_ms,
+                        measured,
+                        len(completions) - len(measured),
+                        issue,
+                        self._read_interval_ms,
+                        self.num_stages,
+                    ):
                         break
             done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
             completions.append(done)
@@ -187,12 +215,22 @@ class SimExecutor(SimPrefixCopies):
         on_token(request, token)
         return token
 
-    def decode(self, groups, on_token: OnToken, budget_ms: float | None = None, max_rounds: int | None = None,
-               should_stop: Callable[[], bool] | None = None) -> DecodeResult:
+    def decode(
+        self,
+        groups,
+        on_token: OnToken,
+        budget_ms: float | None = None,
+        max_rounds: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> DecodeResult:
         """Rounds of one micro-batch per group, pipelined; the budget and should_stop are checked at each
         round's start (a budget > 0 always gets one full round), then the pipeline drains."""
         live_groups = [[list(g), 0.0] for g in groups if g]  # [requests, when its last token is out]
-        if not live_groups or (budget_ms is not None and budget_ms <= 0) or (max_rounds is not None and max_rounds <= 0):
+        if (
+            not live_groups
+            or (budget_ms is not None and budget_ms <= 0)
+            or (max_rounds is not None and max_rounds <= 0)
+        ):
             return DecodeResult(0.0, 0, 0)
         self._begin()
         call_ms = self.profile.decode_call_ms
@@ -232,8 +270,15 @@ class SimExecutor(SimPrefixCopies):
         self._end(end)
         return DecodeResult(end if rounds else 0.0, rounds, tokens)
 
-    def mixed(self, request: Request, chunks: Sequence[tuple[int, int]], groups, on_token: OnToken,
-              should_stop: Callable[[], bool] | None = None, max_gap_ms: float | None = None) -> MixedResult:
+    def mixed(
+        self,
+        request: Request,
+        chunks: Sequence[tuple[int, int]],
+        groups,
+        on_token: OnToken,
+        should_stop: Callable[[], bool] | None = None,
+        max_gap_ms: float | None = None,
+    ) -> MixedResult:
         """The mixed read: micro-batch i carries chunk i plus the decode tokens of the group that
         `read_policy.choose_rider` picks (round robin over groups whose previous token is out; with
         max_gap_ms only one that is due), so the streams advance while the prompt is read. should_stop
@@ -258,14 +303,22 @@ class SimExecutor(SimPrefixCopies):
             interval = None
             if max_gap_ms is not None:
                 interval = rider_interval_ms([t for t in completions if t <= issue], self._read_interval_ms)
-            pick, turn = choose_rider(turn, [g[1] <= issue for g in live_groups], [issue - g[2] for g in live_groups],
-                                      lambda i: any(r.phase is Phase.DECODING for r in live_groups[i][0]),
-                                      interval, self.num_stages, max_gap_ms)
+            pick, turn = choose_rider(
+                turn,
+                [g[1] <= issue for g in live_groups],
+                [issue - g[2] for g in live_groups],
+                lambda i: any(r.phase is Phase.DECODING for r in live_groups[i][0]),
+                interval,
+                self.num_stages,
+                max_gap_ms,
+            )
             group = live_groups[pick] if pick is not None else None
             riders = [] if group is None else [r for r in group[0] if r.phase is Phase.DECODING]
             for rider in riders:
                 self._check_decode(rider)
-            stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms([r.context_tokens for r in riders])
+            stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms(
+                [r.context_tokens for r in riders]
+            )
             done = self._through(stage_free, issue, stage_ms)
             chunk_ms.append(done - issue)
             completions.append(done)

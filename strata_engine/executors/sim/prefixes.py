@@ -5,6 +5,7 @@ Contract (`scheduler/prompt_cache/copies.PrefixCopies`): a slot hit costs nothin
 `CostProfile.kv_token_bytes`. A restore of more tokens than were saved, or from a slot that does not hold
 what is saved, raises ValueError, so a scheduler bug surfaces in tests.
 """
+
 from __future__ import annotations
 
 

@@ -5,6 +5,7 @@ path)`); shipped profiles live in `strata_engine/executors/sim/profiles/`. Costs
 pipeline stage (stages are balanced), so a pipelined run of k chunks on S stages takes about
 (k + S - 1) stage times; docs/BATCHING.md shows how a profile is calibrated from real measurements.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ class CostProfile:
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
                     raise ValueError(f"profile {self.name}: {f.name} must be a number >= 0 ms, got {value!r}")
         if not isinstance(self.kv_token_bytes, int) or self.kv_token_bytes < 1:
-            raise ValueError(f"profile {self.name}: kv_token_bytes must be an integer >= 1, got {self.kv_token_bytes!r}")
+            raise ValueError(
+                f"profile {self.name}: kv_token_bytes must be an integer >= 1, got {self.kv_token_bytes!r}"
+            )
         if self.read_token_ms + self.read_chunk_ms <= 0:
             raise ValueError(f"profile {self.name}: reading must cost something (read_token_ms or read_chunk_ms > 0)")
         if self.decode_step_ms + self.decode_seq_ms <= 0:
@@ -65,7 +68,9 @@ class CostProfile:
         """Decode tokens riding along with a read chunk pay per sequence, not the micro-batch's fixed cost."""
         return sum(self.decode_seq_ms + self.decode_seq_kctx_ms * c / 1000.0 for c in contexts)
 
-    def read_alone_ms(self, prompt_tokens: int, chunk: int, piece_tokens: int = 0, num_stages: int | None = None) -> float:
+    def read_alone_ms(
+        self, prompt_tokens: int, chunk: int, piece_tokens: int = 0, num_stages: int | None = None
+    ) -> float:
         """Model time to read a prompt with nothing else running, in runs of `piece_tokens` (0 = one run)."""
         stages = num_stages or self.num_stages
         total, start = 0.0, 0

@@ -5,6 +5,7 @@ Contract: the policy (`policy.py`) reads these members directly, never probes. A
 `runtime/prefix_copies.py` on each torch stage, `executors/sim/prefixes.py` in the simulator. One
 without it inherits `NoPrefixCache`, and the policy then only prepares slots. Pure Python.
 """
+
 from __future__ import annotations
 
 from typing import Protocol

@@ -10,6 +10,7 @@ least recently used one). A prefix is usable only under the same `cache_salt` an
 reads are reused and the length is rounded down to whole chunks, so the rest is read in exactly the chunks
 a cold read uses and a cached answer has the cold answer's bits.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -62,8 +63,16 @@ class PrefixCache:
     def held(self, slot: int) -> Held | None:
         return self._held[slot]
 
-    def record(self, slot: int, tokens: Sequence[int], read_tokens: int, salt: str | None, generation: int,
-               min_keep: int = 0, first: int = 0) -> None:
+    def record(
+        self,
+        slot: int,
+        tokens: Sequence[int],
+        read_tokens: int,
+        salt: str | None,
+        generation: int,
+        min_keep: int = 0,
+        first: int = 0,
+    ) -> None:
         """A request left `slot`; `tokens` (its prompt and fed outputs) have KV there, the first
         `read_tokens` of them written by reads, and a hit must keep at least `min_keep` of them (the
         executor let go of the KV below position `first`, behind a sliding window). A request that failed records nothing (`forget`)."""
@@ -88,8 +97,9 @@ class PrefixCache:
         """Order of free slots for a request without a hit: empty ones first, then least recently used."""
         return (self._held[slot] is not None, self._used[slot])
 
-    def place(self, prompt: Sequence[int], salt: str | None, generation: int, free: Sequence[int],
-              cold_slot: int) -> Placement:
+    def place(
+        self, prompt: Sequence[int], salt: str | None, generation: int, free: Sequence[int], cold_slot: int
+    ) -> Placement:
         """The placement of a request with this prompt: the longest hit among the free slots and the store
         (a slot wins a tie: nothing to copy), else `cold_slot` (the balanced choice, ranked by cold_rank)."""
         best_slot, best = None, 0
@@ -103,7 +113,9 @@ class PrefixCache:
         if best_slot is not None and best >= from_store:
             return Placement(best_slot, best, SLOT, pushed_out=self._lost(best_slot, prompt, salt, generation))
         if key is not None:
-            return Placement(cold_slot, from_store, STORE, key, pushed_out=self._lost(cold_slot, prompt, salt, generation))
+            return Placement(
+                cold_slot, from_store, STORE, key, pushed_out=self._lost(cold_slot, prompt, salt, generation)
+            )
         return Placement(cold_slot, pushed_out=self._lost(cold_slot, prompt, salt, generation))
 
     def _lost(self, slot: int, prompt: Sequence[int], salt: str | None, generation: int) -> Held | None:
@@ -126,6 +138,16 @@ class PrefixCache:
             self.cached_tokens += placement.keep
 
     def stats(self) -> dict[str, int]:
-        store = self.store.stats() if self.store is not None else {"store_bytes": 0, "store_entries": 0, "store_evictions": 0}
-        return {"hits": sum(self.hits.values()), "slot_hits": self.hits[SLOT], "store_hits": self.hits[STORE],
-                "cached_tokens": self.cached_tokens, "slots_holding": sum(h is not None for h in self._held), **store}
+        store = (
+            self.store.stats()
+            if self.store is not None
+            else {"store_bytes": 0, "store_entries": 0, "store_evictions": 0}
+        )
+        return {
+            "hits": sum(self.hits.values()),
+            "slot_hits": self.hits[SLOT],
+            "store_hits": self.hits[STORE],
+            "cached_tokens": self.cached_tokens,
+            "slots_holding": sum(h is not None for h in self._held),
+            **store,
+        }

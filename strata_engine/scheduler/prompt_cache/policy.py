@@ -9,6 +9,7 @@ request's slot holds: a finished or cancelled request what it completely read or
 nothing. A store that cannot take a copy (memory) evicts; a request never fails for the cache. Off when
 `prompt_cache_mib` is 0 or the executor's `supports_prefix_cache` is False (`copies.PrefixCopies`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,9 @@ class PromptCache:
             store = PrefixStore(config.prompt_cache_mib * MIB, bytes_per_token) if bytes_per_token else None
             # Bitwise invariance claimed: reuse only what reads wrote, in whole chunks (placement.py).
             align = config.prefill_chunk if executor.batch_invariant else 1
-            self.cache = PrefixCache(num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens,
-                                     align=align)
+            self.cache = PrefixCache(
+                num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens, align=align
+            )
         self.slot_evictions = 0
 
     @property
@@ -72,15 +74,22 @@ class PromptCache:
             try:
                 self.executor.restore_prefix(placement.store_key, slot, placement.keep)
             except Exception as exc:  # read it cold instead; the entry is suspect
-                warnings.warn(f"restore of prefix {placement.store_key} into slot {slot} failed: {exc!r}", RuntimeWarning)
+                warnings.warn(
+                    f"restore of prefix {placement.store_key} into slot {slot} failed: {exc!r}", RuntimeWarning
+                )
                 self._drop(placement.store_key, "failed")
                 placement = dataclasses.replace(placement, keep=0, source=None, store_key=None)
         cache.taken(placement)
         self.executor.prepare_slot(slot, placement.keep)
         request.tokens_read = request.cached_tokens = placement.keep
         if placement.keep:
-            self.emit("CACHE_HIT", request, tokens=placement.keep, source=placement.source,
-                      prompt_tokens=request.prompt_tokens)
+            self.emit(
+                "CACHE_HIT",
+                request,
+                tokens=placement.keep,
+                source=placement.source,
+                prompt_tokens=request.prompt_tokens,
+            )
         return placement.keep
 
     def release(self, request: Request, slot: int) -> None:
@@ -114,8 +123,15 @@ class PromptCache:
             elif key is not None:
                 to = "store"  # an entry already holds it
         self.slot_evictions += 1
-        self.emit("CACHE_EVICT", None, slot=slot, source=SLOT, tokens=len(held.tokens),
-                  bytes=store.bytes_of(held) if store is not None else 0, to=to)
+        self.emit(
+            "CACHE_EVICT",
+            None,
+            slot=slot,
+            source=SLOT,
+            tokens=len(held.tokens),
+            bytes=store.bytes_of(held) if store is not None else 0,
+            to=to,
+        )
 
     def _drop(self, key: int, reason: str) -> None:
         held = self.cache.store.remove(key)
@@ -127,15 +143,25 @@ class PromptCache:
             self.executor.drop_prefix(key)
         except Exception as exc:
             warnings.warn(f"dropping stored prefix {key} failed: {exc!r}", RuntimeWarning)
-        self.emit("CACHE_EVICT", None, source=STORE, tokens=held.exact, bytes=self.cache.store.bytes_of(held),
-                  reason=reason)
+        self.emit(
+            "CACHE_EVICT", None, source=STORE, tokens=held.exact, bytes=self.cache.store.bytes_of(held), reason=reason
+        )
 
     def info(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mib": self.mib, "slot_reuse": self.enabled,
-                               "store": self.cache is not None and self.cache.store is not None}
+        out: dict[str, Any] = {
+            "mib": self.mib,
+            "slot_reuse": self.enabled,
+            "store": self.cache is not None and self.cache.store is not None,
+        }
         if self.cache is None:
             return {**out, "hits": 0, "evictions": 0, "store_bytes": 0}
         stats = self.cache.stats()
-        return {**out, **stats, "slot_evictions": self.slot_evictions,
-                "evictions": self.slot_evictions + stats["store_evictions"], "min_tokens": self.cache.min_tokens,
-                "align": self.cache.align, "bitwise": self.cache.align > 1}
+        return {
+            **out,
+            **stats,
+            "slot_evictions": self.slot_evictions,
+            "evictions": self.slot_evictions + stats["store_evictions"],
+            "min_tokens": self.cache.min_tokens,
+            "align": self.cache.align,
+            "bitwise": self.cache.align > 1,
+        }

@@ -6,6 +6,7 @@ refused (key None). A prefix that another entry of the same salt already covers 
 new one covers are dropped. `best` finds the entry a prompt can use most of; `touch` marks it used. Pure
 Python: the bytes themselves live in the executor (runtime/prefix_copies.py on each stage).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,7 +25,6 @@ class Held:
     generation: int  # the executor's KV generation when it was written (stage ranks that restart lose it)
     min_keep: int = 0  # the fewest tokens a hit may keep: below, its window's first keys were let go of
     first: int = 0  # positions below it were let go of: a stored copy holds [first, exact)
-
 
 
 class PrefixStore:
@@ -57,10 +57,10 @@ class PrefixStore:
         for key, other in list(self._entries.items()):
             if other.salt != held.salt or other.generation != held.generation:
                 continue
-            if other.exact >= held.exact and other.tokens[:held.exact] == held.tokens[:held.exact]:
+            if other.exact >= held.exact and other.tokens[: held.exact] == held.tokens[: held.exact]:
                 self._entries.move_to_end(key)
                 return key, [], False
-            if other.tokens[:other.exact] == held.tokens[:other.exact]:
+            if other.tokens[: other.exact] == held.tokens[: other.exact]:
                 dropped.append((key, self._pop(key), "covered"))
         while self._entries and self.nbytes + size > self.cap_bytes:
             key = next(iter(self._entries))
