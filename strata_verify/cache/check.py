@@ -25,6 +25,7 @@ from strata_verify.cache.steps import judge
 from strata_verify.client import EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
 
+GIVE_WAY_ATTEMPTS = 3  # long reads at most, while the turn keeps reaching the engine after the read ended
 COLD_SALT = "cache_salt"  # Strata's per-request switch (vLLM's semantics), where /v1/engine reports a cache
 
 
@@ -94,8 +95,11 @@ def _client(run: CacheRun, url: str) -> EngineClient:
     return client
 
 
-def _task(run: CacheRun, client: EngineClient, name: str, prompt: list[int], cold: bool = False) -> StreamTask:
-    task = client.task(name, run.request_id(name, cold), prompt, run.options.plan.answer_tokens, cold=cold)
+def _task(
+    run: CacheRun, client: EngineClient, name: str, prompt: list[int], cold: bool = False, attempt: int = 0
+) -> StreamTask:
+    rid = run.request_id(name, cold) + (f"-{attempt + 1}" if attempt else "")
+    task = client.task(name, rid, prompt, run.options.plan.answer_tokens, cold=cold)
     if cold and run.salt:
         task.body[run.salt] = uuid.uuid4().hex
     return task
@@ -169,31 +173,49 @@ def _give_way(run: CacheRun, client: EngineClient) -> None:
         run.add(Turn("g.t0", "give-way", "g", 0, first, g0.result))
         g0.run()
         _done(g0, "give-way session's first turn")
-        long_prompt = prompts.piece("long-read", plan.long_tokens)
-        read = _task(run, client, "long", long_prompt)
-        run.add(Turn("long", "give-way", "long", 0, long_prompt, read.result))
-        run.t0 = time.perf_counter()
-        read.start()
-        # The turn must reach the server after the long read: its thread may win the race to send otherwise.
-        while read.result.sent_at is None and not read.finished.wait(0.005):
-            pass
-        time.sleep(0.05)
-        rid = read.result.request_id
-        deadline = time.perf_counter() + min(timeout, 120.0)
-        while watcher.available and time.perf_counter() < deadline and not read.first_token.is_set():
-            if watcher.wait_for(
-                lambda e: e.get("request_id") == rid and e.get("kind") in ("READ_START", "PIECE"), timeout=0.2
-            ):
-                break
         second = prompts.next_turn(plan, "g", 1, first, g0.result.token_ids)
-        g1 = _task(run, client, "g.t1", second)
-        run.add(Turn("g.t1", "give-way", "g", 1, second, g1.result))
-        g1.start()
-        for task, what in ((read, "the long read"), (g1, "the turn that should take over")):
-            task.join(timeout)
-            _done(task, what)
+        for attempt in range(GIVE_WAY_ATTEMPTS):
+            run.give_way_attempts = attempt + 1
+            read, g1 = _long_read_then_turn(run, client, watcher, second, attempt, timeout)
+            # A turn sent after the long read's first token found nothing to take over: a fact of this
+            # machine's timing, not of the engine, so the phase runs again with a fresh long read.
+            if not _came_too_late(read.result, g1.result):
+                break
     finally:
         _stop(run, "give-way", watcher)
+
+
+def _long_read_then_turn(run: CacheRun, client: EngineClient, watcher, second: list[int], attempt: int, timeout: float):
+    """A cold long read; as soon as it is under way (its events say so where the engine has them), g's next turn."""
+    plan, prompts = run.options.plan, run.prompts
+    long_prompt = prompts.piece("long-read" if attempt == 0 else f"long-read.{attempt}", plan.long_tokens)
+    read = _task(run, client, "long", long_prompt, attempt=attempt)
+    run.add(Turn("long", "give-way", "long", 0, long_prompt, read.result))
+    run.t0 = time.perf_counter()
+    read.start()
+    # The turn must reach the server after the long read: its thread may win the race to send otherwise.
+    while read.result.sent_at is None and not read.finished.wait(0.005):
+        pass
+    time.sleep(0.05)
+    rid = read.result.request_id
+    deadline = time.perf_counter() + min(timeout, 120.0)
+    while watcher.available and time.perf_counter() < deadline and not read.first_token.is_set():
+        if watcher.wait_for(
+            lambda e: e.get("request_id") == rid and e.get("kind") in ("READ_START", "PIECE"), timeout=0.2
+        ):
+            break
+    g1 = _task(run, client, "g.t1", second, attempt=attempt)
+    run.add(Turn("g.t1", "give-way", "g", 1, second, g1.result))
+    g1.start()
+    for task, what in ((read, "the long read"), (g1, "the turn that should take over")):
+        task.join(timeout)
+        _done(task, what)
+    return read, g1
+
+
+def _came_too_late(read, turn) -> bool:
+    """The turn was sent after the long read's first token: the read had ended before the turn arrived."""
+    return None not in (read.first_token_at, turn.sent_at) and turn.sent_at >= read.first_token_at
 
 
 def _cold(run: CacheRun, client: EngineClient) -> None:

@@ -57,6 +57,7 @@ class CacheRun:
     turns: dict[str, Turn] = field(default_factory=dict)
     events: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)  # per phase; None: no feed
     t0: float = 0.0
+    give_way_attempts: int = 0  # long reads sent in the give-way phase (again when the turn came too late)
     steps: list[Step] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

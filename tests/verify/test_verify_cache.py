@@ -279,3 +279,12 @@ def test_a_cache_that_ignores_the_salt_fails_isolation_and_only_isolation():
         result.stdout
     )
     assert "took 256 cached tokens where requests of its own salt share 0: x.holder's prefix (salt a)" in failed[0]
+
+
+def test_a_turn_that_reaches_the_engine_after_the_long_read_ended_sends_a_fresh_long_read():
+    """Timing is not evidence: where the turn comes too late to be given way to (a read that takes no time here),
+    the phase runs again, and the step says how many long reads it sent before concluding."""
+    result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--read-ms-per-token", "0"))
+    step = [line for line in result.stdout.splitlines() if "give-way mid-session" in line]
+    assert step and "[NOT EXERCISED]" in step[0], result.stdout
+    assert "attempt 3: in the earlier one(s) g.t1 reached the engine after the long read had ended" in result.stdout
