@@ -391,6 +391,12 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --arm strata='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=@http://127.0.0.1:8091": Skip(
         "tests/bench/test_vllm.py runs a Strata arm and a vLLM arm and checks the tokens compared"
     ),
+    ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents --arm strata='strata-engine serve --batch 6 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
     ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-chunk": Skip(
         "45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"
     ),
