@@ -195,3 +195,23 @@ def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_killed_rank_is_named_with_its_signal_even_while_another_thread_holds_its_wait_lock():
+    """Popen.poll() answers None while another thread waits on the process; the zombie's status is still read."""
+    from strata_engine.runtime.dist.ranks import LocalRanks
+
+    ranks = LocalRanks(num_stages=1)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ranks.procs.append(proc)
+    proc.kill()
+    while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    with proc._waitpid_lock:  # what a concurrent poll or wait holds: poll() now answers None
+        assert proc.poll() is None
+    real_poll = proc.poll
+    proc.poll = lambda: None
+    try:
+        assert ranks.describe(1) == "exited with code -9 (SIGKILL)"
+    finally:
+        proc.poll = real_poll

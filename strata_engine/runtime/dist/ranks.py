@@ -7,6 +7,7 @@ the head may replace the ranks after a failure (only ranks it started itself). L
 `python -m strata_engine.cli stage` with the standard variables (MASTER_ADDR, MASTER_PORT, RANK,
 WORLD_SIZE), exactly as a rank on another machine would, and exit when their head does.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -40,13 +41,19 @@ class LocalRanks:
         # Port 0: the store binds a free port itself, so two engines never race for one.
         store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=STORE_TIMEOUT, wait_for_workers=False)
         self.port = store.port
-        env = {**os.environ, **self.extra_env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port),
-               "WORLD_SIZE": str(self.world_size)}
+        env = {
+            **os.environ,
+            **self.extra_env,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self.port),
+            "WORLD_SIZE": str(self.world_size),
+        }
         env.pop("LOCAL_RANK", None)
         for rank in range(1, self.world_size):
             cmd = [sys.executable, "-m", "strata_engine.cli", "stage", "--parent-pid", str(os.getpid())]
-            self.procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(rank)}, stderr=self.stderr,
-                                               stdin=subprocess.DEVNULL))
+            self.procs.append(
+                subprocess.Popen(cmd, env={**env, "RANK": str(rank)}, stderr=self.stderr, stdin=subprocess.DEVNULL)
+            )
         return store
 
     @property
@@ -57,14 +64,17 @@ class LocalRanks:
         if not 1 <= rank <= len(self.procs):
             return None
         proc = self.procs[rank - 1]
-        code = proc.poll()
+        code = proc.poll()  # None also while another thread holds the Popen's wait lock
         if code is not None:
-            return f"exited with code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else "")
+            return _exited(code)
         state = _proc_state(proc.pid)
         if state == "T":
             return "is stopped (not scheduled)"
-        if state == "Z":
-            return "has exited"
+        if state == "Z":  # gone, not yet reaped: wait for its status (the signal that ended it) briefly
+            try:
+                return _exited(proc.wait(timeout=1.0))
+            except subprocess.TimeoutExpired:
+                return "has exited"
         return None
 
     def failed_rank(self) -> int | None:
@@ -101,8 +111,10 @@ class JoinedRanks:
         if rank != 0:
             raise ValueError(f"the head must be RANK 0 of the rendezvous, got RANK={rank}")
         if world_size != self.world_size:
-            raise ValueError(f"WORLD_SIZE={world_size} but {self.num_stages} stages need {self.world_size} ranks "
-                             "(the head plus one per stage)")
+            raise ValueError(
+                f"WORLD_SIZE={world_size} but {self.num_stages} stages need {self.world_size} ranks "
+                "(the head plus one per stage)"
+            )
         return store
 
     pids: Sequence[int] = ()
@@ -129,3 +141,9 @@ def gloo_reason(err) -> str:
     """gloo's message without its source path and its boilerplate advice."""
     text = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(err))
     return text.split(". This is typically")[0].strip()
+
+
+def _exited(code: int) -> str:
+    """A rank's exit status in words: the code, and the signal's name where a signal ended it."""
+    killed = code < 0 and -code in signal.valid_signals()
+    return f"exited with code {code}" + (f" ({signal.Signals(-code).name})" if killed else "")
