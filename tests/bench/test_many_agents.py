@@ -11,6 +11,8 @@ from strata_bench.driver import RunContext, drive
 from strata_bench.metrics import compute_metrics, metric_specs
 from strata_bench.scenarios import Scenario, ScenarioError, load_scenario
 
+from .test_agents import _turn  # one run-JSON turn builder for the session tests
+
 
 def test_many_agents_spreads_contexts_from_8k_to_45k_and_scales_them():
     full = load_scenario("many_agents")
@@ -39,24 +41,6 @@ def test_prompt_tokens_max_spreads_a_count_evenly_and_is_checked():
         Scenario.from_dict(_agents(prompt_tokens_max=50))
     with pytest.raises(ScenarioError, match="prompt_tokens_max must be"):
         Scenario.from_dict(_agents(count=2, prompt_tokens_max=5))
-
-
-def _turn(session, turn, sent, times, cached=None, joined=False, prompt=100):
-    return {
-        "name": f"{session}.t{turn}",
-        "role": "session",
-        "session": session,
-        "turn": turn,
-        "joined": joined,
-        "sent_at": sent,
-        "first_token_at": times[0] if times else None,
-        "token_times": times,
-        "ended_at": times[-1] if times else sent,
-        "ended_by": "finished",
-        "prompt_tokens": prompt,
-        "measured_prompt_tokens": prompt,
-        "cached_prompt_tokens": cached,
-    }
 
 
 def test_several_joins_give_their_median_ttft_and_the_longest_wait_of_the_working_agents():
