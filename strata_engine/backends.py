@@ -59,6 +59,8 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
 
     from .model.weights import read_config, resolve_model_path
 
+    from .model.kv_cache import positions_held
+
     model_config = read_config(resolve_model_path(config.model))
     device = config.device or _default_device()
     per_token = kv_bytes_per_token(
@@ -67,6 +69,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
         model_config.head_dim,
         torch.tensor([], dtype=_dtype(config.dtype, device)).element_size(),
     )
+    lazy = all(d.startswith("cpu") for d in (config.devices or (device,)))  # the CPU cache commits as it writes
     return choose_ctx(
         config.ctx,
         model_config.max_position_embeddings,
@@ -74,6 +77,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
         per_token,
         memory_bytes(device),
         config.allow_ctx_beyond_model,
+        held=positions_held(model_config.sliding_window, config.prefill_chunk) if lazy else None,
     )
 
 

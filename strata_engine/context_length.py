@@ -1,8 +1,11 @@
 """The context length of a slot when the user gives none, and the check when they give one.
 
-Default (as vLLM derives its own from the model): the smaller of the model's `max_position_embeddings`
-and what a quarter of the machine's memory (RAM on CPU, the device's memory on CUDA) holds as KV cache
-for `batch` slots, rounded down to a multiple of 256. An explicit `--ctx` past the model's positions is
+Default: the model's `max_position_embeddings`, where a quarter of the machine's memory (RAM on CPU, the
+device's memory on CUDA) holds what `batch` slots commit at it. A slot commits every position it writes,
+unless it lets go of the ones behind a sliding window (the CPU cache: `held` positions at most, whatever the
+context); then the context is the model's and only the window's share counts. Where the whole context does
+not fit (no window, or a device that commits what it reserves), the default shrinks to what does, rounded
+down to a multiple of 256, as vLLM derives its own. An explicit `--ctx` past the model's positions is
 refused with the flag that allows it: positions a model never saw are a quality risk its config declares.
 """
 
@@ -38,9 +41,16 @@ def memory_bytes(device: str) -> int:
 
 
 def choose_ctx(
-    requested: int | None, max_positions: int, batch: int, per_token: int, memory: int, allow_beyond_model: bool = False
+    requested: int | None,
+    max_positions: int,
+    batch: int,
+    per_token: int,
+    memory: int,
+    allow_beyond_model: bool = False,
+    held: int | None = None,
 ) -> ContextChoice:
-    """`requested` None -> the default above; else the requested length, checked against the model."""
+    """`requested` None -> the default above; else the requested length, checked against the model. `held`:
+    the most positions a slot commits at any context (a window's bound), None where it commits all it writes."""
     if requested is not None:
         if requested > max_positions and not allow_beyond_model:
             raise ValueError(
@@ -49,6 +59,17 @@ def choose_ctx(
             )
         return ContextChoice(requested, "--ctx")
     fits = int(memory * KV_MEMORY_SHARE) // max(1, batch * per_token)
+    if held is not None and held < max_positions:
+        if fits < held:
+            raise ValueError(
+                f"{batch} slots of KV cache ({held} positions each at most, {per_token} bytes a position) do not "
+                f"fit in a quarter of {memory / 2**30:.1f} GiB; lower --batch"
+            )
+        return ContextChoice(
+            max_positions,
+            f"{max_positions} (the model's max_position_embeddings; a slot commits at most {held} positions of "
+            f"it, the sliding window's share)",
+        )
     fits -= fits % ROUND_TO
     if fits < ROUND_TO:
         raise ValueError(

@@ -61,6 +61,14 @@ def trim_floor(first: int, window: int | None) -> int:
     return max(0, floor - floor % TRIM_STEP)
 
 
+def positions_held(window: int | None, chunk: int) -> int | None:
+    """The most positions a slot commits at any context when it trims behind `window` and writes at most
+    `chunk` positions a forward: [trim_floor(first), first + chunk). None without a window (it keeps all)."""
+    if window is None:
+        return None
+    return window + TRIM_MARGIN + TRIM_STEP + chunk
+
+
 def release(pages: mmap.mmap | None, view: torch.Tensor) -> bool:
     """Hand the whole pages inside contiguous `view` back to the OS (they read as zero again); True when that
     was all of the view, False where some or all of it stays (no mapping: CUDA; no madvise; a part page)."""

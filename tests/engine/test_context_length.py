@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from strata_engine.context_length import ALLOW_FLAG, choose_ctx, kv_bytes_per_token
+from strata_engine.model.kv_cache import positions_held
 
 GIB = 2**30
 
@@ -20,6 +21,32 @@ def test_default_shrinks_to_what_a_quarter_of_memory_holds():
     choice = choose_ctx(None, 131072, batch=8, per_token=per_token, memory=16 * GIB)
     assert choice.ctx == 4096  # 4 GiB / (8 slots x 128 KiB)
     assert choice.ctx % 256 == 0 and "allows 131072" in choice.why
+
+
+def test_a_window_bounded_slot_keeps_the_models_positions_where_the_whole_context_would_not_fit():
+    # 64 slots x 131,072 positions x 4 KiB = 32 GiB, more than a quarter of 24 GiB; each slot commits at most
+    # `held` positions (the CPU cache trims behind the window), 64 x 3,840 x 4 KiB = 960 MiB, which fits
+    held = positions_held(window=1024, chunk=512)
+    choice = choose_ctx(None, 131072, batch=64, per_token=4096, memory=24 * GIB, held=held)
+    assert choice.ctx == 131072 and f"at most {held} positions" in choice.why
+    # without the bound (a device that commits what it reserves) the same engine shrinks
+    assert choose_ctx(None, 131072, batch=64, per_token=4096, memory=24 * GIB).ctx == 24576
+    with pytest.raises(ValueError, match=f"{held} positions each at most.*lower --batch"):
+        choose_ctx(None, 131072, batch=4096, per_token=4096, memory=24 * GIB, held=held)
+
+
+def test_the_bound_covers_every_position_a_trimming_slot_holds():
+    import torch
+
+    from strata_engine.model.kv_cache import LayerKV, trim_floor
+
+    window, chunk, ctx = 64, 32, 4096
+    layer = LayerKV(1, 1, ctx, 4, torch.float32, "cpu", window=window)
+    for first in range(0, ctx - chunk, chunk):
+        layer.trim(0, trim_floor(first, window))
+        layer.write_row(0, first, torch.ones(chunk, 1, 4), torch.ones(chunk, 1, 4))
+        assert first + chunk - layer.held_from[0] <= positions_held(window, chunk)
+    assert positions_held(None, chunk) is None
 
 
 def test_a_short_model_gets_its_own_length_not_a_fixed_default():
