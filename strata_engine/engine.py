@@ -21,6 +21,7 @@ import uuid
 from typing import Any, Callable, Iterator, Sequence
 
 from .config import EngineConfig
+from .heap import hand_back
 from .engine_info import describe
 from .events import EventLog
 from .finish import finish_reason
@@ -85,6 +86,7 @@ class Engine:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._seeds = itertools.count(config.seed * 1_000_003 + 1)
+        hand_back()  # what start-up freed goes back to the OS before the first request
 
     @classmethod
     def from_pretrained(cls, name_or_path: str = "strata-tiny-moe", **config: Any) -> "Engine":

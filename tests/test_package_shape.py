@@ -135,6 +135,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
             "context_length",
             "finish",
             "mkl_mode",
+            "heap",
         ),
     ),
     "model": (1, ("model",)),

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .wire import Kind, WirePart, decode, encode, error_bytes
+from ...heap import hand_back
 from ..invariance import apply_row_tile, invariance_holds
 from ..thread_probe import stage_threads_agree
 from ..pipeline import Part, StagePlan
@@ -162,6 +163,7 @@ def serve_stage(store, rank: int, world_size: int, model_override: str | None = 
     except Exception as exc:
         group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
         return 2
+    hand_back()  # what the build and the probes freed goes back to the OS before the first part
     built = "" if compiled is None else f" graphs {compiled.graphs} compile_s {compiled.compile_s:.2f}"
     ready = f"pid {os.getpid()} device {spec.device}{built} layout {int(layout)} invariant {int(invariant)}"
     group.send([encode(Kind.READY, rank, data=ready.encode())], 0, CONTROL).wait()
