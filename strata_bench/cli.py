@@ -174,15 +174,29 @@ def demo(**opts: Any) -> None:
 @click.option("--baseline", help="the arm the others are compared with (default: the first)")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="write here instead of stdout")
 @click.option("--seed", type=int, default=0, show_default=True, help="bootstrap seed")
+@click.option(
+    "--brief",
+    is_flag=True,
+    help="markdown: the medians tables alone, with each arm's median ratio to the baseline and the CPU the runs "
+    "were made on (the tables a page in docs/measurements/ renders from kept runs)",
+)
 def report(
-    directory: Path, fmt: str, pause_threshold: float | None, baseline: str | None, output: Path | None, seed: int
+    directory: Path,
+    fmt: str,
+    pause_threshold: float | None,
+    baseline: str | None,
+    output: Path | None,
+    seed: int,
+    brief: bool,
 ) -> None:
     """Tables from a bench directory's JSON alone: median (min-max) per metric and arm, pair counts, p-values."""
     try:
         text = render(
-            build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline, seed=seed), fmt
+            build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline, seed=seed),
+            fmt,
+            brief,
         )
-    except (ResultsError, ReportError) as exc:
+    except (ResultsError, ReportError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if output:
         output.write_text(text)

@@ -70,6 +70,10 @@ def package_versions() -> dict[str, str | None]:
 
 def device_info() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "cpu_count": os.cpu_count(), "cpu": _cpu_name()}
+    if _cpuinfo("flags") is not None:  # the vector extensions a speed table depends on
+        family, model = _cpuinfo("cpu family"), _cpuinfo("model\t")
+        info["cpu_model"] = f"family {family} model {model}"
+        info["cpu_flags"] = [f for f in cpu_flags() if f in ("avx", "avx2", "fma") or f.startswith(("avx512", "amx"))]
     if shutil.which("nvidia-smi"):
         gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
         info["gpus"] = gpus.splitlines() if gpus else []

@@ -1,11 +1,14 @@
 """The bench directory: meta.json (plan and provenance), runs/<id>.json (one per run), logs/ (engine output).
 
 Each run's JSON is written atomically the moment the run ends, so a crash or Ctrl-C loses nothing already
-measured, and `report`/`plot` read these files alone.
+measured, and `report`/`plot` read these files alone. `keep` copies a directory's JSON without its logs, each
+run gzipped (`runs/<id>.json.gz`, read like the plain files), for results kept in a repository beside the
+tables rendered from them (benchmarks/results/).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -60,7 +63,8 @@ class ResultsDir:
     def runs(self) -> list[dict[str, Any]]:
         """Every run recorded, in the plan's order (meta's `plan`), unknown ids last."""
         order = {run_id: i for i, run_id in enumerate(self.read_meta().get("plan", []))}
-        runs = [read_json(p) for p in sorted(self.runs_dir.glob("*.json"))] if self.runs_dir.is_dir() else []
+        files = [*self.runs_dir.glob("*.json"), *self.runs_dir.glob("*.json.gz")] if self.runs_dir.is_dir() else []
+        runs = [read_json(p) for p in sorted(files)]
         return sorted(runs, key=lambda r: (order.get(r.get("id"), len(order)), r.get("id", "")))
 
 
@@ -75,8 +79,24 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def keep(source: ResultsDir, dest: str | Path) -> ResultsDir:
+    """Copy `source`'s meta.json and runs (gzipped, byte-stable: no name or time in the gzip header) to `dest`,
+    without logs; an existing `dest` is replaced run by run."""
+    kept = ResultsDir(dest)
+    kept.write_meta({k: v for k, v in source.read_meta().items() if k != "schema"})
+    for run in source.runs():
+        path = kept.runs_dir / f"{run['id']}.json.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(run, separators=(",", ":"), sort_keys=True).encode()
+        path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+        kept.run_path(run["id"]).unlink(missing_ok=True)
+    return kept
+
+
 def read_json(path: Path) -> Any:
     try:
+        if path.suffix == ".gz":
+            return json.loads(gzip.decompress(path.read_bytes()))
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, json.JSONDecodeError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None

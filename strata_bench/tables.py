@@ -112,6 +112,50 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_brief(report: dict[str, Any]) -> str:
+    """The medians tables alone, for a page in docs/: where and when the runs were made, then per scenario the
+    median (min-max) per metric and arm and each other arm's median ratio to the baseline."""
+    arms, baseline = report["arms"], report["baseline"]
+    others = [arm for arm in arms if arm != baseline]
+    out = [_measured_on(report.get("provenance") or {}), ""]
+    out.append(
+        f"Arms: {', '.join(arms)}; {report['repeat']} round(s) in ABBA order; scale {report['scale']:g}; "
+        f"{report['runs_recorded']} of {report['runs_planned']} runs recorded. Cells: median (min–max) over runs; "
+        f"bold: better than {baseline} in every pair; {', '.join(f'{a} / {baseline}' for a in others)}: the median "
+        "of the paired ratios."
+    )
+    for scenario in report["scenarios"]:
+        failed = set(scenario.get("failed_arms") or [])
+        rows = []
+        for m in scenario["metrics"]:
+            ratios = [(m["vs_baseline"].get(arm) or {}).get("ratio_median") for arm in others]
+            rows.append(
+                [m["label"]]
+                + [_cell(m, arm, baseline, report["repeat"], arm in failed) for arm in arms]
+                + ["" if r is None else f"{r:.2f}x" for r in ratios]
+            )
+        rows.append(["runs"] + [_runs_cell(scenario["runs"][arm]) for arm in arms] + [""] * len(others))
+        headers = [""] + arms + [f"{arm} / {baseline}" for arm in others]
+        out += ["", f"**{scenario['name']}**", ""]
+        out.append(
+            tabulate(rows, headers=headers, tablefmt="github", colalign=["left"] + ["right"] * (len(headers) - 1))
+        )
+        out += _problems(scenario, arms)
+    if report.get("tokens"):
+        out += ["", report["tokens"]["summary"]]
+    return "\n".join(out) + "\n"
+
+
+def _measured_on(provenance: dict[str, Any]) -> str:
+    device, packages = provenance.get("device") or {}, provenance.get("packages") or {}
+    revision = ((provenance.get("git") or {}).get("cwd") or {}).get("revision") or "unknown"
+    parts = [f"{device.get('cpu', 'unknown CPU')}, {device.get('cpu_count', '?')} CPU(s)"]
+    if device.get("cpu_flags") is not None:
+        parts.append("flags " + (" ".join(device["cpu_flags"]) or "none of avx avx2 fma avx512*"))
+    parts += [f"torch {packages.get('torch')}", f"strata {revision[:7]}", str(provenance.get("date_utc", "undated"))]
+    return "Measured on: " + "; ".join(parts) + "."
+
+
 def _definitions(report: dict[str, Any]) -> list[str]:
     """One line per metric family the tables showed (metrics.DEFINITIONS)."""
     from .metrics import DEFINITIONS
@@ -230,7 +274,11 @@ def render_csv(report: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def render(report: dict[str, Any], fmt: str) -> str:
+def render(report: dict[str, Any], fmt: str, brief: bool = False) -> str:
+    if brief:
+        if fmt != "md":
+            raise ValueError("brief is a markdown table only (--format md)")
+        return render_brief(report)
     if fmt == "md":
         return render_markdown(report)
     if fmt == "csv":

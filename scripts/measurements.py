@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""Kept bench runs and the tables docs/measurements/ renders from them: a number always has its run.
+
+`keep RUN_DIR NAME` copies a `strata-bench run` directory's JSON (no logs, runs gzipped) to
+benchmarks/results/NAME. A page holds a rendered table between two comments:
+
+    <!-- strata-bench report benchmarks/results/NAME --brief --baseline vllm -->
+    (the command's output)
+    <!-- end of report -->
+
+`render` rewrites every such block from its command; `check` exits 1 naming each block whose text is not its
+command's output (the fast tests run it), so a number edited by hand, or a kept run that changed, is caught.
+
+    .venv/bin/python scripts/measurements.py keep runs/engines-avx2 engines-avx2-quiet
+    .venv/bin/python scripts/measurements.py render
+    .venv/bin/python scripts/measurements.py check
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from strata_bench.cli import main as bench
+from strata_bench.results import ResultsDir, ResultsError, keep
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ROOT / "docs" / "measurements"
+RESULTS = ROOT / "benchmarks" / "results"
+BLOCK = re.compile(r"(<!-- strata-bench report (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end of report -->)", re.S)
+
+
+def rendered(args: str) -> str:
+    """The output of `strata-bench report ARGS`, run from the repository root."""
+    argv = shlex.split(args)
+    if not argv or argv[0].startswith("-"):
+        raise ValueError(f"'strata-bench report {args}': the directory comes first")
+    argv[0] = str(ROOT / argv[0])
+    result = CliRunner().invoke(bench, ["report", *argv])
+    if result.exit_code != 0:
+        raise ValueError(f"'strata-bench report {args}' failed: {result.output.strip() or result.exception}")
+    return result.output
+
+
+def blocks(page: Path) -> list[re.Match]:
+    return list(BLOCK.finditer(page.read_text()))
+
+
+def render_page(page: Path) -> bool:
+    """Rewrite the page's blocks; True when it changed."""
+    text = page.read_text()
+    new = BLOCK.sub(lambda m: m.group(1) + rendered(m.group("args")) + m.group(4), text)
+    if new != text:
+        page.write_text(new)
+    return new != text
+
+
+def stale(page: Path) -> list[str]:
+    """One line per block of `page` that is not its command's output."""
+    return [
+        f"{page.resolve().relative_to(ROOT) if page.resolve().is_relative_to(ROOT) else page}: the table under 'strata-bench report {m.group('args')}' is not that command's "
+        f"output; run `python scripts/measurements.py render`"
+        for m in blocks(page)
+        if m.group("body") != rendered(m.group("args"))
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    kept = sub.add_parser("keep", help="copy a bench directory's JSON to benchmarks/results/NAME")
+    kept.add_argument("run_dir", type=Path)
+    kept.add_argument("name")
+    for name in ("render", "check"):
+        one = sub.add_parser(name, help=f"{name} the report blocks of the pages (default: every page)")
+        one.add_argument("pages", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "keep":
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.name):
+            parser.error(f"NAME {args.name!r}: lowercase letters, digits, '.' and '-'")
+        try:
+            dest = keep(ResultsDir(args.run_dir), RESULTS / args.name)
+        except ResultsError as exc:
+            parser.error(str(exc))
+        print(f"kept {len(dest.runs())} runs in {dest.path.relative_to(ROOT)}")
+        return 0
+    pages = args.pages or sorted(PAGES.glob("*.md"))
+    if args.command == "render":
+        for page in pages:
+            if render_page(page):
+                print(f"rendered {page}")
+        return 0
+    problems = [line for page in pages for line in stale(page)]
+    print("\n".join(problems) or f"every report block of {len(pages)} page(s) is its command's output")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

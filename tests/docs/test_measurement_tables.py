@@ -1,0 +1,72 @@
+"""Tables in docs/measurements/ are rendered from runs kept in benchmarks/results/: a number has its run."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from strata_bench.cli import main as bench
+from strata_bench.results import ResultsDir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("measurements", ROOT / "scripts" / "measurements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+measurements = _script()
+
+
+def test_every_rendered_table_is_its_commands_output():
+    pages = sorted(measurements.PAGES.glob("*.md"))
+    assert any(measurements.blocks(page) for page in pages), "no page renders a table from a kept run"
+    assert [line for page in pages for line in measurements.stale(page)] == []
+
+
+def test_a_number_edited_by_hand_is_named(tmp_path):
+    page = measurements.PAGES / "many-agents.md"
+    edited = tmp_path / "many-agents.md"
+    text = page.read_text()
+    block = measurements.blocks(page)[0]
+    body = block.group("body")
+    assert "1.94 s" in body
+    edited.write_text(text.replace(body, body.replace("1.94 s", "0.94 s", 1)))
+    stale = measurements.stale(edited)
+    assert len(stale) == 1 and str(edited) in stale[0]
+    assert len(stale) == 1 and "strata-bench report benchmarks/results/many-agents --brief" in stale[0]
+
+
+def test_kept_runs_are_gzipped_byte_stable_and_report_as_the_originals(tmp_path):
+    source = ROOT / "benchmarks" / "results" / "engines-avx2-quiet"
+    first = ResultsDir(tmp_path / "one")
+    measurements.keep(ResultsDir(source), first.path)
+    again = measurements.keep(ResultsDir(first.path), tmp_path / "two")
+    files = sorted(p.name for p in (first.path / "runs").iterdir())
+    assert files and all(name.endswith(".json.gz") for name in files)
+    assert all((first.path / "runs" / n).read_bytes() == (again.path / "runs" / n).read_bytes() for n in files)
+    shutil.rmtree(first.path / "runs")
+    (first.path / "runs").mkdir()
+    assert first.runs() == []  # the report reads the runs, not a cached table
+    out = [CliRunner().invoke(bench, ["report", str(d), "--brief"]).output for d in (source, again.path)]
+    assert out[0] == out[1] and "**two_joiners**" in out[0]
+
+
+def test_brief_is_markdown_only(tmp_path):
+    result = CliRunner().invoke(
+        bench, ["report", str(ROOT / "benchmarks" / "results" / "many-agents"), "--brief", "--format", "csv"]
+    )
+    assert result.exit_code == 2 and "brief is a markdown table only" in result.output
+
+
+@pytest.mark.parametrize("args", ["--brief", "benchmarks/results/nowhere --brief"])
+def test_a_block_whose_command_fails_says_so(args):
+    with pytest.raises(ValueError, match="strata-bench report"):
+        measurements.rendered(args)
