@@ -149,7 +149,8 @@ def render_brief(report: dict[str, Any]) -> str:
 def _measured_on(provenance: dict[str, Any]) -> str:
     device, packages = provenance.get("device") or {}, provenance.get("packages") or {}
     revision = ((provenance.get("git") or {}).get("cwd") or {}).get("revision") or "unknown"
-    parts = [f"{device.get('cpu', 'unknown CPU')}, {device.get('cpu_count', '?')} CPU(s)"]
+    model = f" ({device['cpu_model']})" if device.get("cpu_model") else ""
+    parts = [f"{device.get('cpu', 'unknown CPU')}{model}, {device.get('cpu_count', '?')} CPU(s)"]
     if device.get("cpu_flags") is not None:
         parts.append("flags " + (" ".join(device["cpu_flags"]) or "none of avx avx2 fma avx512*"))
     parts += [f"torch {packages.get('torch')}", f"strata {revision[:7]}", str(provenance.get("date_utc", "undated"))]
