@@ -28,20 +28,13 @@ import functools
 import importlib
 import sys
 
-# Where each patched function lives; a bug whose function moved lists the new place first (the first
-# path that resolves is patched).
+# Where each patched function lives: a bug whose function moved fails to start, naming this table.
 TARGETS = {
     "prefix-attention": ("strata_engine.model.transformer.attend_row",),
     "piece-start": ("strata_engine.scheduler.plans.next_read_chunks",),
-    "corrupt-token": (
-        "strata_engine.executors.torch_executor.TorchExecutor._deliver",
-        "strata_engine.torch_executor.TorchExecutor._deliver",
-    ),
+    "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
-    "cache-salt": (
-        "strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",
-        "strata_engine.scheduler.prefix_cache.PrefixCache.place",
-    ),
+    "cache-salt": ("strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",),
     "compiled-window": ("strata_engine.runtime.compiled_step.CompiledDecode._forward",),
 }
 CORRUPT_INDEX = 3
