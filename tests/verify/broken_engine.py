@@ -36,6 +36,8 @@ TARGETS = {
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
     "cache-salt": ("strata_engine.scheduler.prompt_cache.placement.PrefixCache.place",),
     "compiled-window": ("strata_engine.runtime.compiled_step.CompiledDecode._forward",),
+    "shared-generator": ("strata_engine.runtime.sampler.Sampler.__init__",),
+    "whole-text": ("strata_engine.server.render.Render.response",),
 }
 CORRUPT_INDEX = 3
 
@@ -145,6 +147,37 @@ def compiled_window(original):
     return _forward
 
 
+def shared_generator(original):
+    shared = []
+
+    @functools.wraps(original)
+    def __init__(self, params, seed):
+        original(self, params, seed)
+        if self._generator is not None:  # the bug: one generator for the engine, seeded by its first request
+            if not shared:
+                shared.append(self._generator)
+            self._generator = shared[0]
+
+    return __init__
+
+
+def whole_text(original):
+    @functools.wraps(original)
+    def response(self, completion):
+        obj = original(self, completion)
+        choice = obj["choices"][0]
+        key = "message" if "message" in choice else None
+        text = choice["message"]["content"] if key else choice["text"]
+        text = text[:-1]  # the bug: the non-streamed text joins the tokens' pieces one short
+        if key:
+            choice["message"]["content"] = text
+        else:
+            choice["text"] = text
+        return obj
+
+    return response
+
+
 BUGS = {
     "prefix-attention": prefix_attention,
     "piece-start": piece_start,
@@ -152,6 +185,8 @@ BUGS = {
     "resume-offset": resume_offset,
     "cache-salt": cache_salt,
     "compiled-window": compiled_window,
+    "shared-generator": shared_generator,
+    "whole-text": whole_text,
 }
 
 

@@ -112,3 +112,21 @@ def test_a_compiled_step_window_bug_fails_answers_on_the_default_layout():
         re.search(r"request (L1|L2): the same tokens from other numbers: .* at token \d+", line) for line in fails
     )
     assert "S solo logprobs ~ independent: largest" in out.stdout  # S (514 tokens) never decodes past the window
+
+
+def test_an_engine_wide_generator_fails_seeded_run_1_against_run_2():
+    """The field's seeded-sampling check on the real engine: a generator shared by every request (seeded by the
+    first) draws S differently the second time on one engine."""
+    out = verify("interleave", "--scale", str(CI_SCALE), "--engine", broken("shared-generator"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert any("interleave: S seeded: run 1 == run 2" in line for line in failed_lines(out)), out.stdout
+    assert not any("interleave: E stream == non-stream" in line for line in failed_lines(out)), out.stdout
+
+
+def test_a_non_streamed_text_one_short_fails_stream_against_non_stream():
+    """llama.cpp's server tests' check on the real engine: the same tokens, the non-streamed text one short."""
+    out = verify("interleave", "--scale", str(CI_SCALE), "--engine", broken("whole-text"), timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    fails = failed_lines(out)
+    assert any("interleave: E stream == non-stream" in line for line in fails), out.stdout
+    assert all("stream == non-stream" in line for line in fails), out.stdout  # token ids equal everywhere else
