@@ -18,6 +18,8 @@ path's. Whether it serves is decided per machine by runtime/native_ops.py.
 
 from __future__ import annotations
 
+import torch
+
 from .native_build import native_op, native_source
 
 ENV = "STRATA_CHUNK_KERNEL"  # 0 = the flash calls of model/attention.py
@@ -34,4 +36,31 @@ def native_chunk_attention(march: str | None = None):
         "chunk_attention",
         "prompt chunks use the flash calls of model/attention.py",
         march,
+    )
+
+
+def attend_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: int | None) -> torch.Tensor | None:
+    """The model's hook (`Attention.chunk_attention`, attend_row's `chunk`): q [1, H, T, hd] at the last T
+    positions of keys and values [1, Hkv, L, hd] -> [1, H, T, hd] in one call of the op, or None where the op
+    does not serve (its switch, the runtime's choice, no build) or does not take these shapes."""
+    if not _fits(q, keys, values):
+        return None
+    op = native_chunk_attention()
+    if op is None:
+        return None
+    tokens, length = q.shape[2], keys.shape[2]
+    return op(q[0].transpose(0, 1), keys[0], values[0], length - tokens, -1 if window is None else window).transpose(
+        0, 1
+    )[None]
+
+
+def _fits(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
+    """The shapes the op takes: CPU, float32, hd 32/64/128, each key's hd floats contiguous."""
+    head_dim = q.shape[3]
+    return (
+        q.device.type == "cpu"
+        and q.dtype == keys.dtype == values.dtype == torch.float32
+        and head_dim in (32, 64, 128)
+        and keys.stride(3) == values.stride(3) == 1
+        and keys.stride(2) == values.stride(2) == head_dim
     )

@@ -17,6 +17,8 @@ other stage thread's Python runs meanwhile.
 
 from __future__ import annotations
 
+import torch
+
 from .native_build import native_op, native_source
 
 ENV = "STRATA_EXPERT_KERNEL"  # 0 = the Python loop of MoE._routed
@@ -34,3 +36,17 @@ def native_routed_experts(march: str | None = None):
         "MoE layers run their experts in the Python loop of model/transformer.py",
         march,
     )
+
+
+def run_routed(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    experts: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    row_tile: int,
+) -> torch.Tensor | None:
+    """The model's hook (`MoE.routed_experts`): the op's output, or None where it does not serve (its switch,
+    the runtime's choice, no build) or the tensors are not on the CPU; `MoE._routed`'s loop serves then."""
+    op = native_routed_experts() if x.device.type == "cpu" else None
+    return None if op is None else op(x, weights, experts, gate_up_proj, down_proj, row_tile)

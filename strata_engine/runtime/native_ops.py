@@ -1,6 +1,9 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
-Contract: `choose(model, batch, threads, decode)` decides, for each native op the model uses
+Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
+`MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
+machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
+paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
 (chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
 serves in this process (model/native_build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
@@ -24,7 +27,7 @@ import torch
 from ..kernel_switches import kernel_mode, native_march
 from ..model import chunk_kernel, expert_kernel, native_build
 from ..model.attention import aten_row, attend_row
-from ..model.transformer import MoE
+from ..model.transformer import Attention, MoE
 from . import decode_kernel
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
@@ -79,7 +82,9 @@ def _chunk_arms(model, chunk: int, name: str):
         positions = torch.arange(start, length)
         arms.append(
             (
-                lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
+                lambda q=q, k=keys, v=values, p=positions: attend_row(
+                    q, k, v, p, True, window, chunk=chunk_kernel.attend_chunk
+                ),
                 lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window),
             )
         )
@@ -149,9 +154,26 @@ OPS = {
 }
 
 
+def install(model) -> None:
+    """Set every attention's and MoE layer's native hook (the module's contract), and build or load the ops
+    this model takes (once per machine, ~30 s: said on stderr) here rather than in its first read."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.chunk_attention = chunk_kernel.attend_chunk
+        elif isinstance(module, MoE):
+            module.routed_experts = expert_kernel.run_routed
+    first = next(model.parameters())
+    if first.device.type == "cpu" and first.dtype == torch.float32 and model.config.head_dim in (32, 64, 128):
+        chunk_kernel.native_chunk_attention()
+    if first.device.type == "cpu" and getattr(model.config, "num_experts", 0):
+        expert_kernel.native_routed_experts()
+
+
 def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
-    """Decide and install the serving path of each op the model uses (see the module's contract): per op label
-    {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms / aten_ms}."""
+    """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
+    contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
+    aten_ms}."""
+    install(model)
     chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
     for label, (env, name, accessor, source, arms_of) in OPS.items():

@@ -20,6 +20,7 @@ from strata_engine.runtime.invariance import (
     tile_candidates,
 )
 from strata_engine.model.kv_cache import KVCache
+from strata_engine.runtime.native_ops import install
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 
@@ -33,6 +34,7 @@ class Harness:
     def __init__(self, model, row_tile: int, ctx: int = 160):
         self.model, self.row_tile = model, row_tile
         self.cache = KVCache(model.config, num_slots=8, ctx=ctx)
+        install(model)  # the native ops where the engine serves them
         apply_row_tile(model, row_tile)
 
     def run(self, rows) -> torch.Tensor:

@@ -50,10 +50,13 @@ def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
     kernels = native_ops.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"]["path"] == "aten"
     assert "2.00x ATen's time" in kernels["chunk attention"]["why"]
-    assert chunk_kernel.native_chunk_attention() is None  # what attend_row asks: the flash paths serve
+    assert chunk_kernel.native_chunk_attention() is None  # what the installed hook asks: the flash paths serve
+    hook = model.layers[0].self_attn.chunk_attention
+    assert hook is chunk_kernel.attend_chunk
     q, keys, values, positions = _chunk()
     assert torch.equal(
-        attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024)
+        attend_row(q, keys, values, positions, True, 1024, chunk=hook),
+        aten_row(q, keys, values, positions, True, 1024),
     )
     assert "chunk-attention:aten" in ready_line("http://127.0.0.1:1", kernels)
 
