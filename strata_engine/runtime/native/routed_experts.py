@@ -5,7 +5,8 @@ Contract: `native_routed_experts()` returns the op, `op(x, weights, experts, gat
 first n <= N rows, gate_up [E, 2I, D] and down [E, D, I] the experts' matrices -> [N, D]: each chosen
 expert's SwiGLU output on its rows, times the router weight, summed per row in ascending expert order
 (padding rows 0). CPU tensors only. None where `STRATA_EXPERT_KERNEL=0` turns it off or it cannot be built
-here (model/native_build.py: once per machine, ~30 s, said on stderr); `MoE._routed`'s Python loop serves then.
+here (build.py: once per machine, ~30 s, said on stderr); `MoE._routed`'s Python loop serves then.
+`run_routed` is the hook that choice.install sets on each of the model's MoE layers: the op's output, or None.
 
 Why: the loop is ~12 small ATen calls per expert (gather, pad, two GEMMs, the activation, the weights, the
 scatter), each a Python-to-ATen dispatch of several microseconds, ~100 a layer for a 256-token chunk of the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .native_build import native_op, native_source
+from .build import native_op, native_source
 
 ENV = "STRATA_EXPERT_KERNEL"  # 0 = the Python loop of MoE._routed
 
