@@ -13,10 +13,10 @@ model's head counts, head_dim and sliding window read from its config:
      band path, and what non-consecutive rows still take);
   3. the compiled decode step's attention op for a micro-batch of --decode-rows rows (padded to 8, each
      row's KV write included) at --decode-positions: its per-row ATen calls (`per_row_attention`) against
-     the native op (runtime/decode_kernel.py; skipped where it cannot be built);
+     the native op (runtime/native/decode_attention.py; skipped where it cannot be built);
   4. a prompt chunk of each of --chunks queries at each of --chunk-starts: the flash paths (`aten_row`,
-     what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (model/chunk_kernel.py,
-     `attend_row` as the engine calls it; skipped where it cannot be built).
+     what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (runtime/native/chunk_attention.py,
+     `attend_row` with its hook, as the engine calls it; skipped where it cannot be built).
 
 `--isa LEVEL` runs it all as a machine of that level would: the native ops built with -march=LEVEL
 (`STRATA_NATIVE_MARCH`), ATen's kernels at that capability (`ATEN_CPU_CAPABILITY`) and MKL's at that level
@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row, attend_row  # noqa: E402
-from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
+from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
 from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
-from strata_engine.runtime.decode_kernel import native_decode_attention  # noqa: E402
+from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
 
 
 def ints(text: str) -> list[int]:
@@ -309,7 +309,7 @@ def chunk_op(config, window: int | None, args, generator: torch.Generator) -> No
             q, keys, values, positions = row_inputs(config, chunk, length, generator)
             arms = {
                 "A": lambda: aten_row(q, keys, values, positions, True, window),
-                "B": lambda: attend_row(q, keys, values, positions, True, window),
+                "B": lambda: attend_row(q, keys, values, positions, True, window, chunk=attend_chunk),
             }
             ref = reference(q, keys, values, positions, torch.arange(length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]

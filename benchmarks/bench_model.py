@@ -36,6 +36,7 @@ from strata_engine.model import load_model, resolve_model_path  # noqa: E402
 from strata_engine.model.config import ModelConfig  # noqa: E402
 from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.native.choice import install  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
@@ -162,6 +163,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     model, config = load_model(args.model)
+    install(model)  # the native ops where the engine serves them
     # our arms: name -> row tile (1 = batch invariance off); the engine's own probed tile at the most threads timed
     tiles = {"ours": default_row_tile(config, "cpu", torch.float32, max(threads)), "ours_padding_off": 1}
     hf = AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=torch.float32).eval()

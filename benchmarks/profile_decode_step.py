@@ -31,6 +31,7 @@ from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model.transformer import MoE, RMSNorm, Attention  # noqa: E402
 from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.native.choice import install  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
@@ -89,6 +90,7 @@ def main() -> None:
     )
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
+    install(model)  # the native ops where the engine serves them
     tile = default_row_tile(config, "cpu", torch.float32, max(int(t) for t in args.threads.split(",")))  # the engine's
     layers = range(config.num_layers)
     label_modules(model)

@@ -13,7 +13,7 @@ attention kernel's and the GEMMs' parts of a read can be read off.
 flash calls (`STRATA_CHUNK_KERNEL=0`) and the native chunk op, alternating read by read in this process,
 and prints each path's median chunk, the attention calls' share of it, and native/flash. --compare-experts does
 the same for the routed experts: `MoE._routed`'s Python loop (`STRATA_EXPERT_KERNEL=0`) against the native
-op of model/expert_kernel.py.
+op of runtime/native/routed_experts.py.
 
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048
   .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention
@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
 from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
-from strata_engine.model import chunk_kernel, expert_kernel, load_model, transformer  # noqa: E402
-from strata_engine.model.chunk_kernel import native_chunk_attention  # noqa: E402
-from strata_engine.model.expert_kernel import native_routed_experts  # noqa: E402
+from strata_engine.model import load_model, transformer  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.native import chunk_attention, routed_experts  # noqa: E402
+from strata_engine.runtime.native.choice import install  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
@@ -73,6 +73,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, config = load_model("strata-tiny-moe")
+    install(model)  # the native ops where the engine serves them
     tile = default_row_tile(config, "cpu", torch.float32, args.threads)
     apply_row_tile(model, tile)
     label_modules(model)
@@ -123,8 +124,8 @@ def main() -> None:
 
 
 KERNELS = {  # --compare-X: the env switch, what the ATen path is called, and the call timed inside the chunk
-    "attention": (chunk_kernel.ENV, "flash", transformer, "attend_row", "its 4 attention calls"),
-    "experts": (expert_kernel.ENV, "python", transformer.MoE, "_routed", "its 4 routed-expert calls"),
+    "attention": (chunk_attention.ENV, "flash", transformer, "attend_row", "its 4 attention calls"),
+    "experts": (routed_experts.ENV, "python", transformer.MoE, "_routed", "its 4 routed-expert calls"),
 }
 
 
@@ -133,7 +134,9 @@ def compare_kernel(read, args, tile: int, kernel: str) -> None:
     native, native, aten, ...), switched by the op's environment variable (read at every call)."""
     env, aten, owner, attr, calls_label = KERNELS[kernel]
     os.environ[env] = "1"  # forced: this machine's kept verdict may serve ATen, and the comparison needs both
-    if (native_chunk_attention if kernel == "attention" else native_routed_experts)() is None:
+    if (
+        chunk_attention.native_chunk_attention if kernel == "attention" else routed_experts.native_routed_experts
+    )() is None:
         sys.exit(f"--compare-{kernel}: the native op could not be built here")
     spent: list[float] = []
     original = getattr(owner, attr)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from strata_engine.model.weights import load_model  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
+from strata_engine.runtime.native.choice import install  # noqa: E402
 from train_tiny_moe import corpus_files, framed, is_heldout  # noqa: E402
 
 
@@ -78,6 +79,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, config = load_model(args.model, device="cpu", dtype=torch.float32)
+    install(model)  # the native ops where the engine serves them
     val = framed([f for f in corpus_files() if is_heldout(f, args.holdout_every)])
     contexts = [int(c) for c in args.contexts.split(",")]
     longest = max(contexts)

@@ -24,7 +24,9 @@ class Backend:
     vocab_size: int
     eos_token_id: int | None
     stage_workers: str = "none"  # torch: "thread" or "dist" (resolved); sim: "none"
-    kernels: dict = field(default_factory=dict)  # per native op: the path that serves and why (runtime/native_ops.py)
+    kernels: dict = field(
+        default_factory=dict
+    )  # per native op: the path that serves and why (runtime/native/choice.py)
 
 
 def _default_device() -> str:
@@ -86,7 +88,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
     from .model.tokenizer import load_tokenizer
     from .model.weights import load_model, read_config, resolve_model_path
-    from .runtime.native_ops import choose as choose_kernels
+    from .runtime.native.choice import choose as choose_kernels
     from .runtime.pipeline import Pipeline, plan_stages, split_layers
     from .executors.torch_executor import TorchExecutor
 

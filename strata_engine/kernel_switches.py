@@ -1,7 +1,7 @@
 """The native ops' switches: which path serves each op, and the ISA level the ops are built for.
 
 Contract: `kernel_mode(name)` reads one op's variable (`KERNEL_ENVS`): auto or unset = the faster of the op
-and ATen's calls as measured on this machine (runtime/native_ops.py), 1 = the op, 0 = ATen's calls;
+and ATen's calls as measured on this machine (runtime/native/choice.py), 1 = the op, 0 = ATen's calls;
 anything else raises naming the variable (knobs.py parses both). `native_march()` is g++'s -march for every op (default
 native); `cache_dir()` is where per-machine verdicts are kept; `keep_compile_cache()` (the command line's,
 before an engine is built) puts inductor's compile cache there too, unless TORCHINDUCTOR_CACHE_DIR is set.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import knobs
 
-# model/chunk_kernel.py, runtime/decode_kernel.py, model/expert_kernel.py
+# runtime/native/: chunk_attention.py, decode_attention.py, routed_experts.py
 KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL", "STRATA_EXPERT_KERNEL")
 NATIVE_MARCH_ENV = "STRATA_NATIVE_MARCH"  # the native ops' -march (default native; x86-64-v2/v3/v4 to run a lower ISA)
 

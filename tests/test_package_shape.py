@@ -189,6 +189,31 @@ def test_the_layer_check_catches_an_arrow_up_and_one_across():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
+def test_the_model_imports_nothing_native():
+    """model/ is the plain model: the native ops, their one loader and their C++ are the runtime's
+    (runtime/native/), which sets the model's hooks from outside. The layer check refuses model/ importing
+    them; and no model module builds or reads C++ itself (torch.utils.cpp_extension, a .cpp or .h file)."""
+    graph = package_graph(strata_engine)
+    assert "strata_engine.runtime.native.build" in graph  # the loader is where the check below looks for it
+    for native in ("strata_engine.runtime.native.build", "strata_engine.runtime.native.chunk_attention"):
+        moved = {**graph, "strata_engine.model.weights": graph["strata_engine.model.weights"] | {native}}
+        assert f"strata_engine.model.weights (model) -> {native} (runtime)" in layer_violations(moved)
+    bad = []
+    for name, path in modules(ROOT / "model").items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{node.module or ''}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            bad += [f"{name} imports {n}" for n in imported if "cpp_extension" in n or ".native" in n]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith((".cpp", ".h")):
+                bad.append(f"{name} names the C++ file {node.value}")
+    assert not bad, "model/ holds native code (it belongs in runtime/native/):\n" + "\n".join(bad)
+
+
 def test_the_shared_client_and_the_engine_stay_below_the_tools():
     """The engine imports neither tool; strata_bench.engines (the client both tools share) imports nothing else of
     strata_bench; the bench never imports the gate."""

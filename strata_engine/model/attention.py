@@ -4,9 +4,10 @@
 0..positions[-1] of the row and nothing else, so what other rows of a call hold cannot reach it. Four
 exact-math paths, chosen by shape only (never by batch composition):
   - one query (decode): plain attention over the whole prefix, no mask;
-  - consecutive positions on CPU in float32 (a prompt chunk), where the native op builds: one call of it
-    (model/chunk_kernel.py), with or without the window; the flash paths below serve where it does not
-    (`STRATA_CHUNK_KERNEL=0`, no compiler) and are its measure in benchmarks/bench_attention.py;
+  - consecutive positions (a prompt chunk) where the caller passes a `chunk` hook and it answers: one call
+    of it, with or without the window (the model's `Attention.chunk_attention`: None unless the runtime
+    set its native op there); the paths below serve otherwise and are its measure in
+    benchmarks/bench_attention.py;
   - consecutive positions on CPU in float32 (a prompt chunk): the cached prefix before the chunk (no mask)
     and the chunk itself (causal) as two flash calls, merged by their log-sum-exps; the masked single
     call is ~25% slower on CPU and needs a [T, L] mask built per row;
@@ -23,10 +24,10 @@ benchmarks/bench_attention.py). Any other windowed shape takes that masked call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
-
-from .chunk_kernel import native_chunk_attention
 
 # ATen's CPU flash kernel with its log-sum-exp (None on a torch without it): what the windowed paths merge.
 flash_cpu = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -39,15 +40,14 @@ def attend_row(
     positions: torch.Tensor,
     consecutive: bool,
     window: int | None = None,
+    chunk: Callable | None = None,
 ) -> torch.Tensor:
-    """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd]."""
-    tokens, length = q.shape[2], keys.shape[2]
-    if tokens > 1 and consecutive and _native_fits(q, keys, values):
-        op = native_chunk_attention()
-        if op is not None:
-            return op(
-                q[0].transpose(0, 1), keys[0], values[0], length - tokens, -1 if window is None else window
-            ).transpose(0, 1)[None]
+    """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd].
+    `chunk(q, keys, values, window)` answers a prompt chunk's queries, or returns None (then `aten_row`)."""
+    if chunk is not None and consecutive and q.shape[2] > 1:
+        out = chunk(q, keys, values, window)
+        if out is not None:
+            return out
     return aten_row(q, keys, values, positions, consecutive, window)
 
 
@@ -59,7 +59,7 @@ def aten_row(
     consecutive: bool,
     window: int | None = None,
 ) -> torch.Tensor:
-    """`attend_row` in ATen's calls only (the flash paths), whatever the native chunk op would do."""
+    """`attend_row` in ATen's calls only (the flash paths), without a chunk hook."""
     tokens, length = q.shape[2], keys.shape[2]
     if window is not None and length > window:
         return _windowed(q, keys, values, positions, window, consecutive)
@@ -73,18 +73,6 @@ def aten_row(
     seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
     mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-
-
-def _native_fits(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
-    """The shapes the native chunk op takes: CPU, float32, hd 32/64/128, each key's hd floats contiguous."""
-    head_dim = q.shape[3]
-    return (
-        q.device.type == "cpu"
-        and q.dtype == keys.dtype == values.dtype == torch.float32
-        and head_dim in (32, 64, 128)
-        and keys.stride(3) == values.stride(3) == 1
-        and keys.stride(2) == values.stride(2) == head_dim
-    )
 
 
 def _windowed(

@@ -7,11 +7,14 @@ prompt chunk with decode rows (`Block(h [N, D], positions [N], layer_kv, rows)`)
 call's keys/values at (slot, position) and lets every query at position p attend to its slot's positions
 0..p. Rows never see each other: attention runs per row over that row's own prefix, and MoE routing and
 the expert sums are per token in a fixed expert order. Bitwise independence of the GEMMs from the row
-count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside.
+count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside;
+nor are native ops: the runtime sets `Attention.chunk_attention` and `MoE.routed_experts` (None: ATen).
 No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +23,6 @@ from torch import nn
 from .kv_cache import KVCache, LayerKV
 from .attention import attend_row
 from .config import ModelConfig
-from .expert_kernel import native_routed_experts
 from .rows import Rows
 
 
@@ -80,6 +82,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.rotary = Rotary(self.head_dim, config.rope_theta)
         self.window = config.sliding_window  # None = full causal attention
+        # A prompt chunk's attention in one call, `(q, keys, values, window) -> out or None` (attend_row's `chunk`):
+        # None here; the runtime sets its native op from outside. None, or a call answering None: the flash paths.
+        self.chunk_attention: Callable | None = None
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [N, D] at positions [N] -> q [N, H, hd], k and v [N, Hkv, hd], rotary applied to q and k."""
@@ -112,6 +117,7 @@ class Attention(nn.Module):
                 positions[span],
                 row.consecutive,
                 self.window,
+                chunk=self.chunk_attention,
             )
             out.append(o[0].transpose(0, 1))  # [T, H, hd]
         if rows.padded > rows.real:
@@ -152,6 +158,9 @@ class MoE(nn.Module):
         # token's expert output does not depend on how many other tokens chose that expert (CPU GEMMs
         # round small row counts differently). 1 = no padding; the runtime sets it from outside.
         self.row_tile = 1
+        # The routed loop in one call, `(x, weights, experts, gate_up_proj, down_proj, row_tile) -> out or None`,
+        # bitwise the loop's: None here; the runtime sets its native op from outside. None, or None back: the loop.
+        self.routed_experts: Callable | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [N, D] -> router probabilities [N, E] (float32), top-k weights [N, k], top-k expert ids [N, k]."""
@@ -209,9 +218,10 @@ class MoE(nn.Module):
     def _routed(
         self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, counts: list[int] | None = None
     ) -> torch.Tensor:
-        op = native_routed_experts() if x.device.type == "cpu" else None
-        if op is not None:  # this loop in C++, bitwise the same (model/expert_kernel.py)
-            return op(x, weights, experts, self.gate_up_proj, self.down_proj, self.row_tile)
+        if self.routed_experts is not None:  # the runtime's op: this loop in C++, bitwise the same
+            out = self.routed_experts(x, weights, experts, self.gate_up_proj, self.down_proj, self.row_tile)
+            if out is not None:
+                return out
         out = torch.zeros_like(x)
         # Group the (token, choice) pairs by expert with a stable sort; each expert runs once on its tokens
         # and adds into `out` in ascending expert order, so a token's sum never depends on its neighbours.

@@ -19,8 +19,6 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .. import mkl_mode
-from .chunk_kernel import native_chunk_attention
-from .expert_kernel import native_routed_experts
 from .config import HF_CLASS_NAMES, ModelConfig
 from .transformer import Transformer
 
@@ -84,10 +82,6 @@ def load_model(
     model = model.to_empty(device=device).to(dtype)
     model.tie_weights()
     model.load_state_dict(state, strict=True)
-    if device.type == "cpu" and dtype == torch.float32 and config.head_dim in (32, 64, 128):
-        native_chunk_attention()  # built (once per machine) or loaded here, at load, not in the first read
-    if device.type == "cpu" and config.num_experts:
-        native_routed_experts()  # the same
     return model.eval().requires_grad_(False), config
 
 

@@ -11,7 +11,7 @@ for any other part (prompt chunks, the mixed read's chunk-plus-rows), which the 
 Applied from outside the model, as gpt-fast does: the graph is the blocks' own modules (norms,
 projections, rotary, router, experts) with static shapes; the per-row attention over each slot's own
 prefix, and its KV writes, run as one opaque op (`strata::decode_attention`: on the CPU in float32 one
-native call over every row, runtime/decode_kernel.py; else eager inside, the same `attend_row` as the
+native call over every row, runtime/native/decode_attention.py; else eager inside, the same `attend_row` as the
 model's), so no host round trip is traced. MoE runs every expert on every row with
 padding rows weighted 0 (the model's every-expert path): static, where the eager step loops over the
 chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from ..config import gemms_choice
 from ..model.attention import attend_row
 from ..model.transformer import MoE
-from .decode_kernel import native_decode_attention
+from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
 
@@ -68,7 +68,7 @@ def decode_attention(
 ) -> torch.Tensor:
     """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding, after the rows): write each
     row's key and value at (slot, position), attend over the slot's positions 0..position; padding rows
-    give zeros. On the CPU in float32 the native op does it all in one call (runtime/decode_kernel.py); else
+    give zeros. On the CPU in float32 the native op does it all in one call (runtime/native/decode_attention.py); else
     `per_row_attention`."""
     native = native_decode_attention() if q.dtype == torch.float32 and q.device.type == "cpu" else None
     if native is not None and k_cache.is_contiguous() and v_cache.is_contiguous():

@@ -96,7 +96,7 @@ def greedy(
 
 
 def native_op_or_skip(getter: Callable[[], Callable | None], what: str) -> Callable:
-    """A native op (model/native_build.py) for its tests, built here, or the test skips saying why it could not be."""
+    """A native op (runtime/native/build.py) for its tests, built here, or the test skips saying why it could not be."""
     from strata_engine.kernel_switches import native_march
 
     op = getter(march=native_march())  # the op itself, whatever this machine's verdict serves

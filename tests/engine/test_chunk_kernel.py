@@ -1,4 +1,5 @@
-"""The native chunk attention (model/chunk_kernel.py) against the flash paths it stands in for (`aten_row`).
+"""The native chunk attention (runtime/native/chunk_attention.py) against the flash paths it stands in for (`aten_row`),
+called as the model calls it: `attend_row` with the op's hook, which the runtime installs on each attention.
 
 The op is built once per machine (g++ and ninja; torch's extension cache keeps it), so the first run of
 this file pays ~30 s; where it cannot be built the tests skip, saying why, and prompt chunks take the flash
@@ -12,21 +13,29 @@ import torch
 
 from strata_engine.config import EngineConfig
 from strata_engine.kernel_switches import KERNEL_ENVS
-from strata_engine.model import chunk_kernel
+from strata_engine.model import load_model
 from strata_engine.model.attention import aten_row, attend_row
 
+from strata_engine.runtime.native import chunk_attention
+from strata_engine.runtime.native.choice import install
+
 from helpers import native_op_or_skip
+
+
+def attend(q, keys, values, positions, window):
+    """A prompt chunk's attention as an attention layer with the op installed runs it."""
+    return attend_row(q, keys, values, positions, True, window, chunk=chunk_attention.attend_chunk)
 
 
 @pytest.fixture(autouse=True)
 def the_op_serves(monkeypatch):
     """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(chunk_kernel.ENV, "1")
+    monkeypatch.setenv(chunk_attention.ENV, "1")
 
 
 @pytest.fixture(scope="module")
 def native():
-    return native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
+    return native_op_or_skip(chunk_attention.native_chunk_attention, "chunk attention")
 
 
 def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int):
@@ -43,7 +52,7 @@ def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int
 @pytest.mark.parametrize("tokens,start", [(256, 2048), (256, 0), (37, 1000), (2, 5), (9, 1030)])
 def test_native_equals_the_flash_paths(native, window, tokens, start):
     q, keys, values, positions = _row(tokens, start, 8, 4, 32, seed=tokens + start)
-    got = attend_row(q, keys, values, positions, True, window)
+    got = attend(q, keys, values, positions, window)
     want = aten_row(q, keys, values, positions, True, window)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
 
@@ -52,7 +61,7 @@ def test_native_equals_the_flash_paths(native, window, tokens, start):
 def test_other_head_counts_and_widths(native, heads, kv_heads, dim):
     q, keys, values, positions = _row(70, 300, heads, kv_heads, dim, seed=dim)
     torch.testing.assert_close(
-        attend_row(q, keys, values, positions, True, 64),
+        attend(q, keys, values, positions, 64),
         aten_row(q, keys, values, positions, True, 64),
         rtol=1e-5,
         atol=2e-6,
@@ -61,25 +70,33 @@ def test_other_head_counts_and_widths(native, heads, kv_heads, dim):
 
 def test_a_querys_result_does_not_depend_on_the_other_queries(native):
     q, keys, values, positions = _row(40, 1500, 8, 4, 32, seed=3)
-    before = attend_row(q, keys, values, positions, True, 1024)
+    before = attend(q, keys, values, positions, 1024)
     other = q.clone()
     other[:, :, ::2] = torch.randn_like(other[:, :, ::2])  # every other query of the chunk changed
-    after = attend_row(other, keys, values, positions, True, 1024)
+    after = attend(other, keys, values, positions, 1024)
     assert torch.equal(before[:, :, 1::2], after[:, :, 1::2])
     assert not torch.equal(before[:, :, ::2], after[:, :, ::2])
 
 
 def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
-    assert chunk_kernel.native_chunk_attention() is native
-    monkeypatch.setenv(chunk_kernel.ENV, "0")
-    assert chunk_kernel.native_chunk_attention() is None
+    assert chunk_attention.native_chunk_attention() is native
     q, keys, values, positions = _row(16, 100, 8, 4, 32, seed=5)
-    assert torch.equal(
-        attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024)
-    )
-    monkeypatch.setenv(chunk_kernel.ENV, "yes")
+    assert chunk_attention.attend_chunk(q, keys, values, 1024) is not None  # the hook answers with the op
+    monkeypatch.setenv(chunk_attention.ENV, "0")
+    assert chunk_attention.native_chunk_attention() is None
+    assert chunk_attention.attend_chunk(q, keys, values, 1024) is None  # and declines: the flash paths serve
+    assert torch.equal(attend(q, keys, values, positions, 1024), aten_row(q, keys, values, positions, True, 1024))
+    monkeypatch.setenv(chunk_attention.ENV, "yes")
     with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL='yes' is not one of 0, 1, auto"):
-        chunk_kernel.native_chunk_attention()
+        chunk_attention.native_chunk_attention()
+
+
+def test_a_bare_model_runs_the_flash_paths_and_the_runtime_installs_the_op():
+    model, _ = load_model("strata-tiny-moe")
+    layers = [layer.self_attn for layer in model.layers]
+    assert all(attention.chunk_attention is None for attention in layers)  # the plain model: ATen's paths
+    install(model)
+    assert all(attention.chunk_attention is chunk_attention.attend_chunk for attention in layers)
 
 
 @pytest.mark.parametrize("name", KERNEL_ENVS)

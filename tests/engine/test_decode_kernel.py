@@ -1,4 +1,4 @@
-"""The native decode attention (runtime/decode_kernel.py) against the per-row ATen op it stands in for.
+"""The native decode attention (runtime/native/decode_attention.py) against the per-row ATen op it stands in for.
 
 The op is built once per machine (g++ and ninja; torch's extension cache keeps it), so the first run of
 this file pays ~30 s; where it cannot be built the tests skip, saying why, and the engine uses the ATen op.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.runtime import decode_kernel
+from strata_engine.runtime.native import decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
 from helpers import native_op_or_skip
@@ -20,12 +20,12 @@ HEADS, KV_HEADS, DIM, CTX = 8, 4, 32, 2048
 @pytest.fixture(autouse=True)
 def the_op_serves(monkeypatch):
     """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(decode_kernel.ENV, "1")
+    monkeypatch.setenv(decode_attention.ENV, "1")
 
 
 @pytest.fixture(scope="module")
 def native():
-    return native_op_or_skip(decode_kernel.native_decode_attention, "decode attention")
+    return native_op_or_skip(decode_attention.native_decode_attention, "decode attention")
 
 
 def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DIM):
@@ -60,12 +60,12 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it(native):
 
 
 def test_the_op_goes_native_unless_turned_off(native, monkeypatch):
-    assert decode_kernel.native_decode_attention() is native
-    monkeypatch.setenv(decode_kernel.ENV, "0")
-    assert decode_kernel.native_decode_attention() is None
+    assert decode_attention.native_decode_attention() is native
+    monkeypatch.setenv(decode_attention.ENV, "0")
+    assert decode_attention.native_decode_attention() is None
 
 
 def test_a_bad_switch_is_named(monkeypatch):
-    monkeypatch.setenv(decode_kernel.ENV, "off")
+    monkeypatch.setenv(decode_attention.ENV, "off")
     with pytest.raises(ValueError, match="STRATA_DECODE_KERNEL='off' is not one of 0, 1, auto"):
-        decode_kernel.native_decode_attention()
+        decode_attention.native_decode_attention()

@@ -16,7 +16,7 @@ from strata_engine.model.weights import load_model
 from strata_engine.runtime.dist.pipeline import DistPipeline, StageRankError
 from strata_engine.runtime.dist.ranks import LocalRanks
 from strata_engine.runtime.dist.wire import Kind, StageError, WirePart, decode, encode
-from strata_engine.runtime.native_ops import choose as choose_kernels
+from strata_engine.runtime.native.choice import choose as choose_kernels
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 
 from tokens_equal import assert_tokens_equal

@@ -1,4 +1,5 @@
-"""The native routed experts (model/expert_kernel.py) against the Python loop of `MoE._routed` it stands in for.
+"""The native routed experts (runtime/native/routed_experts.py) against the Python loop of `MoE._routed` it stands in for,
+installed on each MoE layer as the runtime installs it (`MoE.routed_experts`).
 
 The op runs ATen's own calls from C++, so its output must be bitwise the loop's: on random routers and on the
 embedded model, padded and unpadded, with padding rows, float32 and bfloat16. Built once per machine (g++ and
@@ -10,9 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.model import expert_kernel, load_model, transformer
+from strata_engine.model import load_model
 from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import MoE
+from strata_engine.runtime.native import routed_experts
+from strata_engine.runtime.native.choice import install
 
 from helpers import greedy, native_op_or_skip
 
@@ -20,12 +23,12 @@ from helpers import greedy, native_op_or_skip
 @pytest.fixture(autouse=True)
 def the_op_serves(monkeypatch):
     """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(expert_kernel.ENV, "1")
+    monkeypatch.setenv(routed_experts.ENV, "1")
 
 
 @pytest.fixture(scope="module")
 def native():
-    return native_op_or_skip(expert_kernel.native_routed_experts, "routed experts")
+    return native_op_or_skip(routed_experts.native_routed_experts, "routed experts")
 
 
 def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
@@ -45,6 +48,7 @@ def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
         max_position_embeddings=64,
     )
     moe = MoE(config)
+    moe.routed_experts = routed_experts.run_routed  # as the runtime installs it
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in moe.parameters():
@@ -54,7 +58,7 @@ def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
 
 def _python_loop(moe: MoE, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, monkeypatch) -> torch.Tensor:
     with monkeypatch.context() as patch:
-        patch.setenv(expert_kernel.ENV, "0")
+        patch.setenv(routed_experts.ENV, "0")
         return moe._routed(x, weights, experts)
 
 
@@ -87,23 +91,31 @@ def test_an_expert_nobody_chose_is_skipped_and_a_bad_id_is_named(native, monkeyp
 
 def test_the_embedded_models_greedy_tokens_are_the_same_either_way(native, monkeypatch):
     model, config = load_model("strata-tiny-moe")
+    install(model)
     for module in model.modules():
         if isinstance(module, MoE):
             module.row_tile = 4  # the engine's padded routed path, as on CPU in float32
     prompt = list(b"def fibonacci(n):\n    if n < 2:\n        return n\n" * 6)
     native_tokens = greedy(model, prompt, 12, chunk=64)
-    monkeypatch.setenv(expert_kernel.ENV, "0")
+    monkeypatch.setenv(routed_experts.ENV, "0")
     assert greedy(model, prompt, 12, chunk=64) == native_tokens
 
 
 def test_the_op_goes_native_unless_turned_off(native, monkeypatch):
-    assert expert_kernel.native_routed_experts() is native
-    monkeypatch.setenv(expert_kernel.ENV, "0")
-    assert expert_kernel.native_routed_experts() is None
-    assert transformer.native_routed_experts is expert_kernel.native_routed_experts  # what _routed asks
+    assert routed_experts.native_routed_experts() is native
+    monkeypatch.setenv(routed_experts.ENV, "0")
+    assert routed_experts.native_routed_experts() is None
+
+
+def test_a_bare_model_runs_the_loop_and_the_runtime_installs_the_op():
+    model, _ = load_model("strata-tiny-moe")
+    moes = [m for m in model.modules() if isinstance(m, MoE)]
+    assert moes and all(m.routed_experts is None for m in moes)  # the plain model: the Python loop
+    install(model)
+    assert all(m.routed_experts is routed_experts.run_routed for m in moes)  # what _routed asks
 
 
 def test_a_bad_switch_is_named(monkeypatch):
-    monkeypatch.setenv(expert_kernel.ENV, "yes")
+    monkeypatch.setenv(routed_experts.ENV, "yes")
     with pytest.raises(ValueError, match="STRATA_EXPERT_KERNEL='yes' is not one of 0, 1, auto"):
-        expert_kernel.native_routed_experts()
+        routed_experts.native_routed_experts()

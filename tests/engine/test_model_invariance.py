@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from helpers import ARCHITECTURES
-from strata_engine.model import chunk_kernel
 from strata_engine.model import load_model
 from strata_engine.runtime.invariance import (
     apply_row_tile,
@@ -20,6 +19,8 @@ from strata_engine.runtime.invariance import (
     tile_candidates,
 )
 from strata_engine.model.kv_cache import KVCache
+from strata_engine.runtime.native import chunk_attention
+from strata_engine.runtime.native.choice import install
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 
@@ -33,6 +34,7 @@ class Harness:
     def __init__(self, model, row_tile: int, ctx: int = 160):
         self.model, self.row_tile = model, row_tile
         self.cache = KVCache(model.config, num_slots=8, ctx=ctx)
+        install(model)  # the native ops where the engine serves them
         apply_row_tile(model, row_tile)
 
     def run(self, rows) -> torch.Tensor:
@@ -153,7 +155,7 @@ def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]
             with (
                 pytest.MonkeyPatch.context() as patch
             ):  # the prompt read by the flash paths, on whose bits the tie was found
-                patch.setenv(chunk_kernel.ENV, "0")
+                patch.setenv(chunk_attention.ENV, "0")
                 harness.run([(TARGET_SLOT, 0, prompt[:-1])])
             for others in range(BATCH + 1):
                 rows = [(slot, 30 + 17 * slot, [prompt[slot]]) for slot in range(others)] + [

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from strata_bench.provenance import cpu_flags
-from strata_engine.model import chunk_kernel
 from strata_engine.model.attention import aten_row
-from strata_engine.runtime import decode_kernel
+from strata_engine.runtime.native import chunk_attention, decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
 pytestmark = pytest.mark.slow
@@ -46,7 +45,7 @@ def _chunk(tokens: int, start: int, dim: int, seed: int):
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("tokens,start,dim,window", [(64, 1100, 32, 1024), (37, 0, 64, -1), (9, 30, 128, 16)])
 def test_the_chunk_op_at_each_level_equals_the_flash_paths(level, tokens, start, dim, window):
-    op = _op(chunk_kernel.native_chunk_attention, level)
+    op = _op(chunk_attention.native_chunk_attention, level)
     q, keys, values = _chunk(tokens, start, dim, seed=tokens + dim)
     got = op(q, keys, values, start, window)
     want = aten_row(
@@ -62,7 +61,7 @@ def test_the_chunk_op_at_each_level_equals_the_flash_paths(level, tokens, start,
 
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_the_decode_op_at_each_level_equals_the_aten_op(level):
-    op = _op(decode_kernel.native_decode_attention, level)
+    op = _op(decode_attention.native_decode_attention, level)
     g = torch.Generator().manual_seed(7)
     caches = [torch.randn(4, 4, 1600, 32, generator=g) for _ in range(2)]
     q, k, v = (torch.randn(4, h, 32, generator=g) for h in (8, 4, 4))
@@ -78,7 +77,7 @@ def test_the_levels_with_fma_give_the_same_bits():
     if len(levels) < 2:
         pytest.skip(f"this CPU runs {', '.join(levels) or 'neither'} of x86-64-v3 and v4: nothing to compare")
     q, keys, values = _chunk(100, 2000, 32, seed=3)
-    outs = [_op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024) for level in levels]
+    outs = [_op(chunk_attention.native_chunk_attention, level)(q, keys, values, 2000, 1024) for level in levels]
     assert torch.equal(outs[0], outs[1])
 
 
@@ -87,11 +86,11 @@ def test_the_native_level_gives_the_bits_of_its_x86_64_level():
     level = "x86-64-v4" if "x86-64-v4" in _runnable() else "x86-64-v3"
     if level not in _runnable():
         pytest.skip("neither x86-64-v3 nor v4 runs here")
-    native = chunk_kernel.native_chunk_attention(march="native")
+    native = chunk_attention.native_chunk_attention(march="native")
     if native is None:
         pytest.skip("the op did not build here")
     q, keys, values = _chunk(100, 2000, 32, seed=4)
     assert torch.equal(
         native(q, keys, values, 2000, 1024),
-        _op(chunk_kernel.native_chunk_attention, level)(q, keys, values, 2000, 1024),
+        _op(chunk_attention.native_chunk_attention, level)(q, keys, values, 2000, 1024),
     )

@@ -1,4 +1,4 @@
-"""Which path serves each native op (runtime/native_ops.py): the faster of the op and ATen's, measured at
+"""Which path serves each native op (runtime/native/choice.py): the faster of the op and ATen's, measured at
 start on the model's shapes, cached per machine; a fake clock decides here, so nothing depends on this CPU."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.model import chunk_kernel, native_build
 from strata_engine.model.attention import aten_row, attend_row
 from strata_engine.model.weights import load_model
-from strata_engine.runtime import native_ops
+from strata_engine.runtime.native import build, choice, chunk_attention
 from strata_engine.server.run import ready_line
 
 from helpers import native_op_or_skip
@@ -17,13 +16,13 @@ from helpers import native_op_or_skip
 
 @pytest.fixture
 def model(tmp_path, monkeypatch):
-    native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
-    monkeypatch.setattr(native_build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
-    monkeypatch.setattr(native_ops, "ROUNDS", 3)
+    native_op_or_skip(chunk_attention.native_chunk_attention, "chunk attention")
+    monkeypatch.setattr(build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
+    monkeypatch.setattr(choice, "ROUNDS", 3)
     model, _ = load_model("strata-tiny-moe")
     yield model
-    for _, name, *_ in native_ops.OPS.values():
-        native_build.serve(name, None)
+    for _, name, *_ in choice.OPS.values():
+        build.serve(name, None)
 
 
 def fake_clock(monkeypatch, native_s: float, aten_s: float) -> list[str]:
@@ -34,7 +33,7 @@ def fake_clock(monkeypatch, native_s: float, aten_s: float) -> list[str]:
         asked.append(arm)
         return native_s if arm == "native" else aten_s
 
-    monkeypatch.setattr(native_ops, "time_calls", fake)
+    monkeypatch.setattr(choice, "time_calls", fake)
     return asked
 
 
@@ -47,32 +46,35 @@ def _chunk(seed: int = 0):
 
 def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
     fake_clock(monkeypatch, native_s=2e-3, aten_s=1e-3)
-    kernels = native_ops.choose(model, 4, 1, decode=False)
+    kernels = choice.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"]["path"] == "aten"
     assert "2.00x ATen's time" in kernels["chunk attention"]["why"]
-    assert chunk_kernel.native_chunk_attention() is None  # what attend_row asks: the flash paths serve
+    assert chunk_attention.native_chunk_attention() is None  # what the installed hook asks: the flash paths serve
+    hook = model.layers[0].self_attn.chunk_attention
+    assert hook is chunk_attention.attend_chunk
     q, keys, values, positions = _chunk()
     assert torch.equal(
-        attend_row(q, keys, values, positions, True, 1024), aten_row(q, keys, values, positions, True, 1024)
+        attend_row(q, keys, values, positions, True, 1024, chunk=hook),
+        aten_row(q, keys, values, positions, True, 1024),
     )
     assert "chunk-attention:aten" in ready_line("http://127.0.0.1:1", kernels)
 
 
 def test_a_faster_op_serves_and_the_verdict_is_kept_for_the_next_start(model, monkeypatch):
     fake_clock(monkeypatch, native_s=1e-3, aten_s=3e-3)
-    first = native_ops.choose(model, 4, 1, decode=False)
-    assert first["chunk attention"]["path"] == "native" and chunk_kernel.native_chunk_attention() is not None
+    first = choice.choose(model, 4, 1, decode=False)
+    assert first["chunk attention"]["path"] == "native" and chunk_attention.native_chunk_attention() is not None
     asked = fake_clock(monkeypatch, native_s=9.0, aten_s=1e-3)  # a later start would measure otherwise
-    again = native_ops.choose(model, 4, 1, decode=False)
+    again = choice.choose(model, 4, 1, decode=False)
     assert asked == [] and again["chunk attention"]["path"] == "native"
     assert "measured earlier on this machine" in again["chunk attention"]["why"]
 
 
 def test_a_switch_decides_without_measuring(model, monkeypatch):
     asked = fake_clock(monkeypatch, native_s=1e-3, aten_s=3e-3)
-    monkeypatch.setenv(chunk_kernel.ENV, "0")
+    monkeypatch.setenv(chunk_attention.ENV, "0")
     monkeypatch.setenv("STRATA_EXPERT_KERNEL", "1")
-    kernels = native_ops.choose(model, 4, 1, decode=False)
+    kernels = choice.choose(model, 4, 1, decode=False)
     assert kernels["chunk attention"] == {"path": "aten", "why": "STRATA_CHUNK_KERNEL=0", "march": "native"}
     assert (
         kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
@@ -83,8 +85,8 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
 def test_the_engine_reports_its_kernels(monkeypatch, tmp_path):
     from strata_engine import Engine
 
-    native_op_or_skip(chunk_kernel.native_chunk_attention, "chunk attention")
-    monkeypatch.setattr(native_build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
+    native_op_or_skip(chunk_attention.native_chunk_attention, "chunk attention")
+    monkeypatch.setattr(build, "verdicts_path", lambda: tmp_path / "kernel-verdicts.json")
     fake_clock(monkeypatch, native_s=5e-3, aten_s=1e-3)
     try:
         with Engine.from_pretrained("strata-tiny-moe", batch=2, stage_workers="thread") as engine:
@@ -92,5 +94,5 @@ def test_the_engine_reports_its_kernels(monkeypatch, tmp_path):
         assert kernels["chunk attention"]["path"] == "aten" and kernels["routed experts"]["path"] == "aten"
         assert "5.00x" in kernels["chunk attention"]["why"]
     finally:
-        for _, name, *_ in native_ops.OPS.values():
-            native_build.serve(name, None)
+        for _, name, *_ in choice.OPS.values():
+            build.serve(name, None)

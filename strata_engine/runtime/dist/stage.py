@@ -86,7 +86,7 @@ def build_stage(spec: StageSpec):
     returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
     from ...model.kv_cache import KVCache
     from ...model.weights import load_model
-    from ..native_ops import choose as choose_kernels
+    from ..native.choice import choose as choose_kernels
 
     dtype = getattr(torch, spec.dtype)
     device = spec.device

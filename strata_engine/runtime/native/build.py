@@ -1,8 +1,9 @@
-"""Native ops: a C++ source built once per machine with torch.utils.cpp_extension, or None where it cannot be.
+"""The one loader of the native ops: a C++ source built once per machine with torch.utils.cpp_extension, or
+None where it cannot be.
 
 Contract: `native_op(env, name, source, function, fallback, march=None)` returns the built function
 `function` of `source`, or None where the switch `env` is 0 (kernel_switches), where the runtime chose ATen's
-path (`serve(name, "aten")`, runtime/native_ops.py), or where the build fails here (said once on stderr,
+path (`serve(name, "aten")`, choice.py), or where the build fails here (said once on stderr,
 naming `fallback`). g++ builds it with `-O3 -march=<march>` (`STRATA_NATIVE_MARCH`, default native), the
 compiler's warnings said on stderr and `-Wpsabi` an error, into torch's extension cache under a name that
 holds the level, a hash of this CPU's flags and a hash of the source. `PREAMBLE` is the C++ every op
@@ -22,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..kernel_switches import cache_dir, kernel_mode, native_march
+from ...kernel_switches import cache_dir, kernel_mode, native_march
 
-NATIVE_DIR = Path(__file__).resolve().parents[1] / "native"  # the ops' C++: preamble.h and one .cpp an op
+NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"  # the ops' C++: preamble.h and one .cpp an op
 
 
 def native_source(file: str) -> str:
@@ -38,7 +39,7 @@ _lock = threading.Lock()
 _built: dict[tuple[str, str], object] = {}
 
 
-_serving: dict[str, str] = {}  # op name -> "aten" where the runtime chose ATen's path (runtime/native_ops.py)
+_serving: dict[str, str] = {}  # op name -> "aten" where the runtime chose ATen's path (choice.py)
 
 
 def serve(name: str, path: str | None) -> None:
@@ -56,7 +57,7 @@ def serving(name: str) -> str | None:
 
 
 def verdicts_path() -> Path:
-    """Where the runtime keeps each op's verdict for this machine (runtime/native_ops.py writes it)."""
+    """Where the runtime keeps each op's verdict for this machine (choice.py writes it)."""
     return cache_dir() / "kernel-verdicts.json"
 
 

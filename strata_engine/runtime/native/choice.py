@@ -1,13 +1,16 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
-Contract: `choose(model, batch, threads, decode)` decides, for each native op the model uses
+Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
+`MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
+machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
+paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
 (chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
-serves in this process (model/native_build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
+serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
 keyed by the CPU's flags, torch, the op's source and its -march, so later starts read it instead of
 racing, and every process on the machine serves the same path (the first verdict written wins; a process
-that never raced reads it too: model/native_build.py).
+that never raced reads it too: build.py).
 """
 
 from __future__ import annotations
@@ -16,16 +19,15 @@ import fcntl
 import json
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import torch
 
-from ..kernel_switches import kernel_mode, native_march
-from ..model import chunk_kernel, expert_kernel, native_build
-from ..model.attention import aten_row, attend_row
-from ..model.transformer import MoE
-from . import decode_kernel
+from ...kernel_switches import kernel_mode, native_march
+from ...model.attention import aten_row, attend_row
+from ...model.transformer import Attention, MoE
+from . import build, chunk_attention, decode_attention, routed_experts
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
@@ -58,12 +60,12 @@ def race(native: Callable[[], object], aten: Callable[[], object]) -> tuple[floa
 
 @contextmanager
 def _serving(name: str, path: str):
-    before = native_build.serving(name)
-    native_build.serve(name, path)
+    before = build.serving(name)
+    build.serve(name, path)
     try:
         yield
     finally:
-        native_build.serve(name, before)
+        build.serve(name, before)
 
 
 def _chunk_arms(model, chunk: int, name: str):
@@ -79,7 +81,9 @@ def _chunk_arms(model, chunk: int, name: str):
         positions = torch.arange(start, length)
         arms.append(
             (
-                lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
+                lambda q=q, k=keys, v=values, p=positions: attend_row(
+                    q, k, v, p, True, window, chunk=chunk_attention.attend_chunk
+                ),
                 lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window),
             )
         )
@@ -105,13 +109,13 @@ def _expert_arms(model, chunk: int, name: str):
 
 def _decode_arms(model, batch: int, name: str):
     """The decode op against its per-row ATen calls: the batch's rows padded to 8, past the window and early."""
-    from .compiled_step import per_row_attention
+    from ..compiled_step import per_row_attention
 
     c = model.config
     window = -1 if c.sliding_window is None else int(c.sliding_window)
     rows = min(batch, 8)
     g = torch.Generator().manual_seed(0)
-    op = decode_kernel.native_decode_attention()
+    op = decode_attention.native_decode_attention()
     arms = []
     for base in (100, max(window, 0) + 100):
         at = [base + 3 * i for i in range(rows)] + [0] * (8 - rows)
@@ -123,35 +127,52 @@ def _decode_arms(model, batch: int, name: str):
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 
-# label -> (switch, op name in native_build, accessor, source, arms)
+# label -> (switch, op name in build.py, accessor, source, arms)
 OPS = {
     "chunk attention": (
-        chunk_kernel.ENV,
+        chunk_attention.ENV,
         "strata_chunk_attention",
-        chunk_kernel.native_chunk_attention,
-        chunk_kernel._SOURCE,
+        chunk_attention.native_chunk_attention,
+        chunk_attention._SOURCE,
         _chunk_arms,
     ),
     "routed experts": (
-        expert_kernel.ENV,
+        routed_experts.ENV,
         "strata_routed_experts",
-        expert_kernel.native_routed_experts,
-        expert_kernel._SOURCE,
+        routed_experts.native_routed_experts,
+        routed_experts._SOURCE,
         _expert_arms,
     ),
     "decode attention": (
-        decode_kernel.ENV,
+        decode_attention.ENV,
         "strata_decode_attention",
-        decode_kernel.native_decode_attention,
-        decode_kernel._SOURCE,
+        decode_attention.native_decode_attention,
+        decode_attention._SOURCE,
         _decode_arms,
     ),
 }
 
 
+def install(model) -> None:
+    """Set every attention's and MoE layer's native hook (the module's contract), and build or load the ops
+    this model takes (once per machine, ~30 s: said on stderr) here rather than in its first read."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.chunk_attention = chunk_attention.attend_chunk
+        elif isinstance(module, MoE):
+            module.routed_experts = routed_experts.run_routed
+    first = next(model.parameters())
+    if first.device.type == "cpu" and first.dtype == torch.float32 and model.config.head_dim in (32, 64, 128):
+        chunk_attention.native_chunk_attention()
+    if first.device.type == "cpu" and getattr(model.config, "num_experts", 0):
+        routed_experts.native_routed_experts()
+
+
 def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
-    """Decide and install the serving path of each op the model uses (see the module's contract): per op label
-    {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms / aten_ms}."""
+    """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
+    contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
+    aten_ms}."""
+    install(model)
     chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
     for label, (env, name, accessor, source, arms_of) in OPS.items():
@@ -161,7 +182,7 @@ def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, di
             continue
         if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
             continue
-        native_build.serve(name, "native")  # the op itself while it is built and raced
+        build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
         if mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
@@ -174,7 +195,7 @@ def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, di
             verdict = _verdict(
                 label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK, threads
             )
-        native_build.serve(name, verdict["path"])
+        build.serve(name, verdict["path"])
         chosen[label] = {**verdict, "march": native_march()}
         print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
     return chosen
@@ -183,8 +204,8 @@ def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, di
 def _verdict(label: str, name: str, source: str, arms_of, model, size: int, threads: int | None) -> dict:
     arms, shapes = arms_of(model, size, name)
     threads = threads or torch.get_num_threads()
-    key = native_build.verdict_key(name, source, native_march())  # raced on this model's shapes, kept for the machine
-    cached = native_build.read_verdicts().get(key)
+    key = build.verdict_key(name, source, native_march())  # raced on this model's shapes, kept for the machine
+    cached = build.read_verdicts().get(key)
     if cached is not None:
         return {**cached, "why": f"{cached['why']}; measured earlier on this machine"}
     before = torch.get_num_threads()
@@ -207,12 +228,12 @@ def _verdict(label: str, name: str, source: str, arms_of, model, size: int, thre
 
 def _cache_write(key: str, verdict: dict) -> dict:
     """Keep `verdict` unless another process wrote one for `key` first; returns the one that stands."""
-    path = native_build.verdicts_path()
+    path = build.verdicts_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            table = native_build.read_verdicts()
+            table = build.read_verdicts()
             if key in table:
                 return table[key]
             table[key] = verdict

@@ -3,7 +3,7 @@
 Contract: `native_decode_attention()` returns the op, `op(q, k, v, k_cache, v_cache, slots, positions, window)`
 with the shapes and meaning of `compiled_step.decode_attention` (float32 on the CPU, contiguous caches), or
 None where it cannot be built here (no C++ compiler, a build error: said once on stderr) or where
-`STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for (model/native_build.py:
+`STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for (build.py:
 g++ and ninja, ~20-40 s once, then loaded from torch's extension cache).
 
 Why: a decode row's attention is a few thousand multiply-adds at the scenario's lengths, and ATen's per-row
@@ -17,7 +17,7 @@ rows share the call; it is not bitwise ATen's flash result (a different summatio
 
 from __future__ import annotations
 
-from ..model.native_build import native_op, native_source
+from .build import native_op, native_source
 
 ENV = "STRATA_DECODE_KERNEL"  # 0 = the per-row ATen calls
 
