@@ -461,7 +461,7 @@ def stage(
 ) -> None:
     """Serve one pipeline stage as a rank of a head's group (docs/DISTRIBUTED.md). The rank comes from the
     standard variables MASTER_ADDR, MASTER_PORT, RANK (1..WORLD_SIZE-1), WORLD_SIZE; torchrun sets them."""
-    from .runtime.dist.stage import run_stage_rank
+    from .runtime.stage_ranks.stage import run_stage_rank
 
     sys.exit(run_stage_rank(model, device, local_rank, parent_pid, rendezvous_timeout))
 
