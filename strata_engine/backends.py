@@ -149,9 +149,9 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
 
 
 def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config, gemms: str):
-    from .runtime.dist.pipeline import DistPipeline
-    from .runtime.dist.ranks import JoinedRanks, LocalRanks
     from .runtime.invariance import default_row_tile
+    from .runtime.stage_ranks.pipeline import DistPipeline
+    from .runtime.stage_ranks.ranks import JoinedRanks, LocalRanks
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the

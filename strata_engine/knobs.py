@@ -2,7 +2,7 @@
 
 Unset or empty (after stripping) means the knob's default; any other value the knob does not accept raises
 ValueError naming the variable, the value and what it accepts. `environ(env)` is the environment readers see.
-Not knobs, so not here: runtime/dist/ranks.py hands the environment to stage ranks, mkl_mode asks MKL for
+Not knobs, so not here: runtime/stage_ranks/ranks.py hands the environment to stage ranks, mkl_mode asks MKL for
 its reproducible mode (through MKL's call, not the environment), and kernel_switches reads XDG_CACHE_HOME and sets TORCHINDUCTOR_CACHE_DIR (torch's own).
 """
 

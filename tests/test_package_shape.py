@@ -263,7 +263,7 @@ PACKAGES = [Path(p.__file__).parent for p in (strata_engine, strata_bench, strat
 
 def test_no_family_of_modules_is_a_subpackage_in_disguise():
     """Three or more modules of one folder named `<noun>_*.py` (or `<noun>.py` beside them) are one noun's
-    parts: give them their folder, as `engines/`, `load/`, `executors/sim/` and `runtime/dist/` are."""
+    parts: give them their folder, as `engines/`, `load/`, `executors/sim/` and `runtime/stage_ranks/` are."""
     families = {}
     for root in PACKAGES:
         for path in root.rglob("*.py"):

@@ -1,7 +1,8 @@
 """Every command in README.md and docs/*.md runs as written (at a small scale where it takes one).
 
-The fast tests keep the docs and their checks in step: every bash/sh command has an entry in
-`doc_commands.CHECKS`, no entry is stale, and no untagged block hides commands. The slow test runs each
+The fast tests keep the docs and their checks in step: every bash/sh command has an entry in a table of
+checks (reference_checks.py, measurement_checks.py; doc_checks.py says how each kind runs), each in the table
+of the page it runs with, no entry is stale, and no untagged block hides commands. The slow test runs each
 file's commands in order in a scratch directory that links the repository's paths, so what they write
 (runs/, bench-out/, manifests) never lands in the checkout.
 """
@@ -18,7 +19,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_commands import CHECKS, DOCS, ROOT, Run, Serve, Skip, WithServer, extract, untagged_command_blocks  # noqa: E402
+from doc_checks import Run, Serve, Skip, WithServer
+from doc_commands import DOCS, ROOT, extract, untagged_command_blocks
+from measurement_checks import CHECKS as MEASUREMENT_CHECKS
+from reference_checks import CHECKS as REFERENCE_CHECKS
+
+CHECKS = {**REFERENCE_CHECKS, **MEASUREMENT_CHECKS}
 
 VENV_BIN = Path(sys.executable).parent
 LINKED = (".venv", "strata_engine", "strata_bench", "strata_verify", "tests", "benchmarks", "scripts", "pyproject.toml")
@@ -26,9 +32,23 @@ LINKED = (".venv", "strata_engine", "strata_bench", "strata_verify", "tests", "b
 
 def test_every_documented_command_has_a_check():
     missing = [f"{c.where()}: {c.key}" for c in extract() if c.key not in CHECKS]
-    assert not missing, "commands in the docs with no entry in tests/docs/doc_commands.py CHECKS:\n" + "\n".join(
-        missing
-    )
+    assert not missing, "commands in the docs with no entry in tests/docs/*_checks.py CHECKS:\n" + "\n".join(missing)
+
+
+def test_each_check_is_in_the_table_of_the_page_it_runs_with():
+    """A command runs with the first page that shows it: its check is in reference_checks.py when that page is
+    README.md or docs/*.md, in measurement_checks.py when it is in docs/measurements/, and in one table only."""
+    table_of = {}
+    for c in extract():
+        table_of.setdefault(c.key, "measurement" if c.path.parent.name == "measurements" else "reference")
+    misplaced = [
+        f"{table}_checks.py: {key}"
+        for table, checks in (("reference", REFERENCE_CHECKS), ("measurement", MEASUREMENT_CHECKS))
+        for key in checks
+        if table_of.get(key, table) != table
+    ]
+    assert not misplaced, "checks in the table of a page that does not run them:\n" + "\n".join(misplaced)
+    assert not set(REFERENCE_CHECKS) & set(MEASUREMENT_CHECKS), "a command with a check in both tables"
 
 
 def test_no_check_is_stale():

@@ -199,7 +199,7 @@ def test_serve_starts_its_stage_ranks_and_sigterm_stops_them_all():
 
 def test_a_killed_rank_is_named_with_its_signal_even_while_another_thread_holds_its_wait_lock():
     """Popen.poll() answers None while another thread waits on the process; the zombie's status is still read."""
-    from strata_engine.runtime.dist.ranks import LocalRanks
+    from strata_engine.runtime.stage_ranks.ranks import LocalRanks
 
     ranks = LocalRanks(num_stages=1)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

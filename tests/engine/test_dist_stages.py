@@ -13,9 +13,9 @@ from strata_engine import SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.engine import Engine
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.dist.pipeline import DistPipeline, StageRankError
-from strata_engine.runtime.dist.ranks import LocalRanks
-from strata_engine.runtime.dist.wire import Kind, StageError, WirePart, decode, encode
+from strata_engine.runtime.stage_ranks.pipeline import DistPipeline, StageRankError
+from strata_engine.runtime.stage_ranks.ranks import LocalRanks
+from strata_engine.runtime.stage_ranks.wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.native.choice import choose as choose_kernels
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 

@@ -15,8 +15,9 @@ from strata_engine.knobs import KNOBS, read
 
 SOURCE = Path(strata_engine.__file__).parent
 NOT_VARIABLES = {"STRATA_READY"}  # the server's ready line on stdout, not a variable
-# Outside knobs.py, the environment is only handed on or written (knobs.py's docstring says which)
-OTHER_ENVIRON_USES = {"runtime/dist/ranks.py": 1, "kernel_switches.py": 1}  # config.py no longer: mkl_mode.py calls MKL
+# Outside knobs.py, the environment is only handed on or written (knobs.py's docstring says which);
+# config.py no longer: mkl_mode.py calls MKL
+OTHER_ENVIRON_USES = {"runtime/stage_ranks/ranks.py": 1, "kernel_switches.py": 1}
 BAD = {  # one value each knob refuses; a knob added to the table needs one here
     "STRATA_PIPED_READ_PIECE": "2.5",
     "STRATA_BATCH_DECODE_SHARE": "abc",

@@ -1,4 +1,4 @@
-"""`strata-verify cache`: the prompt-cache check's command line (options, report header, exit status)."""
+"""`strata-verify cache`: the prompt-cache check's command line (options, report header, exit status; cache/)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import click
 
 from strata_verify.behaviours import parse_lacks
 from strata_verify.cache.check import run_cache
+from strata_verify.cache.plan import CACHE_BEHAVIOURS, CacheOptions, CachePlan
 from strata_verify.cache.steps import cache_label
-from strata_verify.cache.plan import CACHE_BEHAVIOURS, CachePlan, CacheOptions
-from strata_verify.cli_common import output_options, run_check, target
+from strata_verify.cli.common import output_options, run_check, target
 from strata_verify.report import Report
 
 DEFAULT_ENGINE = "strata-engine serve"  # the prompt cache is on by default

@@ -9,6 +9,7 @@ submitted until the ranks are back, with a `StageRankError` naming the rank; `he
 this head started are restarted in the background (`LocalRanks`); joined ranks are not (503 until the
 job is restarted). A micro-batch that continues a slot whose KV cache was lost with a restart fails too.
 """
+
 from __future__ import annotations
 
 import collections
@@ -17,17 +18,17 @@ import pickle
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-from .ranks import gloo_reason as _reason
 from ..compiled_step import compile_info
-from .stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
-from .wire import HEADER, Kind, WirePart, decode, encode
 from ..invariance import default_row_tile, padded_rows
 from ..pipeline import MicroBatch, StagePlan
+from .ranks import gloo_reason as _reason
+from .stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
+from .wire import Kind, WirePart, decode, encode
 
 
 class StageRankError(RuntimeError):
@@ -50,10 +51,24 @@ class _Pending:
 
 
 class DistPipeline:
-    def __init__(self, ranks, stages: Sequence[StagePlan], model: str, num_slots: int, ctx: int, dtype: torch.dtype,
-                 hidden_size: int, vocab_size: int, threads: int | None = None, timeout_s: float = 60.0,
-                 max_tokens: int | None = None, startup_timeout_s: float = 300.0, row_tile: int | None = None,
-                 compile: bool = False, gemms: str = "aten"):
+    def __init__(
+        self,
+        ranks,
+        stages: Sequence[StagePlan],
+        model: str,
+        num_slots: int,
+        ctx: int,
+        dtype: torch.dtype,
+        hidden_size: int,
+        vocab_size: int,
+        threads: int | None = None,
+        timeout_s: float = 60.0,
+        max_tokens: int | None = None,
+        startup_timeout_s: float = 300.0,
+        row_tile: int | None = None,
+        compile: bool = False,
+        gemms: str = "aten",
+    ):
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
@@ -62,16 +77,35 @@ class DistPipeline:
             from ...model.weights import read_config, resolve_model_path
 
             try:
-                row_tile = default_row_tile(read_config(resolve_model_path(model)), self.stages[0].device, dtype, threads)
+                row_tile = default_row_tile(
+                    read_config(resolve_model_path(model)), self.stages[0].device, dtype, threads
+                )
             except (OSError, ValueError):  # the stage ranks load the model and say what is wrong with it
                 row_tile = 1
         self.row_tile = row_tile
         itemsize = torch.empty(0, dtype=dtype).element_size()
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
         capacity = 65536 + 32 * padded + max(padded * hidden_size * itemsize, (num_slots + 1) * vocab_size * 4)
-        self.specs = [StageSpec(p.index, p.device, p.layer_start, p.layer_end, len(stages), str(model), num_slots, ctx,
-                                str(dtype).replace("torch.", ""), threads, capacity, timeout_s, row_tile, compile, gemms)
-                      for p in self.stages]
+        self.specs = [
+            StageSpec(
+                p.index,
+                p.device,
+                p.layer_start,
+                p.layer_end,
+                len(stages),
+                str(model),
+                num_slots,
+                ctx,
+                str(dtype).replace("torch.", ""),
+                threads,
+                capacity,
+                timeout_s,
+                row_tile,
+                compile,
+                gemms,
+            )
+            for p in self.stages
+        ]
         self.batch_invariant = self.layout_invariant = False  # until every stage rank's own probes say so (READY)
         self.capacity = capacity
         self._hidden_size, self._vocab_size = hidden_size, vocab_size
@@ -118,8 +152,10 @@ class DistPipeline:
         # each rank's probes (invariance.py, thread_probe.py) and compiled step, as its READY says
         self.batch_invariant = all(line.endswith("invariant 1") for line in ready)
         self.layout_invariant = self.batch_invariant and all(" layout 1 " in line for line in ready)
-        self.compile_info = compile_info([(int(g), float(s)) for line in ready
-                                          for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)], self.specs[0].gemms)
+        self.compile_info = compile_info(
+            [(int(g), float(s)) for line in ready for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)],
+            self.specs[0].gemms,
+        )
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)
         self._buffers = [torch.empty(self.capacity, dtype=torch.uint8) for _ in range(2)]
@@ -143,7 +179,9 @@ class DistPipeline:
                 return
             parts = [WirePart.of(p) for p in mb.parts]
             try:  # a prefix copy (the prompt cache) is a COPY frame, in order with the work
-                self._sender.send(encode(Kind.COPY, seq, data=mb.copy.to_text()) if mb.copy else encode(Kind.WORK, seq, parts))
+                self._sender.send(
+                    encode(Kind.COPY, seq, data=mb.copy.to_text()) if mb.copy else encode(Kind.WORK, seq, parts)
+                )
             except RuntimeError as err:
                 self._fail(self._name(1, f"cannot be reached: {err}"), 1)
                 return
@@ -188,7 +226,9 @@ class DistPipeline:
         with self._lock:
             frame = entry.frame
             if frame is None and (entry.epoch != self.epoch or self._broken is not None):
-                mb.error = StageRankError(self._broken or "the stage ranks restarted while this micro-batch was in flight")
+                mb.error = StageRankError(
+                    self._broken or "the stage ranks restarted while this micro-batch was in flight"
+                )
                 return mb
             frame = self._receive_frame() if frame is None else frame
             if frame is None:
@@ -214,7 +254,9 @@ class DistPipeline:
             timed_out = "Timed out" in str(err)
             rank = self._failed_rank(wait_s=0.0 if timed_out else 2.0) or last
             known = self.ranks.describe(rank)
-            what = known or (f"did not answer within {self.timeout_s:g} s" if timed_out else f"closed its link ({_reason(err)})")
+            what = known or (
+                f"did not answer within {self.timeout_s:g} s" if timed_out else f"closed its link ({_reason(err)})"
+            )
             self._fail(self._name(rank, what), rank)
             return None
         if frame.kind == Kind.FAULT:  # a rank lost its neighbour: frame.seq is the lost rank
@@ -246,8 +288,9 @@ class DistPipeline:
         self._group = None
         if self.ranks.can_restart and not self._closed:
             self._broken = f"{message}; restarting the stage ranks"
-            self._restarting = threading.Thread(target=self._restart, args=(message,), name="strata-stage-restart",
-                                                daemon=True)
+            self._restarting = threading.Thread(
+                target=self._restart, args=(message,), name="strata-stage-restart", daemon=True
+            )
             self._restarting.start()
 
     def _restart(self, cause: str) -> None:
@@ -276,7 +319,11 @@ class DistPipeline:
 
         hidden = torch.zeros(padded_rows(rows, self.row_tile), self._hidden_size, dtype=dtype)
         logits = torch.zeros(rows, self._vocab_size)
-        return [frame(None, 0)] + [frame(hidden, i + 1) for i in range(self.num_stages - 1)] + [frame(logits, self.num_stages)]
+        return (
+            [frame(None, 0)]
+            + [frame(hidden, i + 1) for i in range(self.num_stages - 1)]
+            + [frame(logits, self.num_stages)]
+        )
 
     def health(self) -> str | None:
         """None while every stage rank serves; else what is wrong, naming the rank."""
@@ -297,4 +344,3 @@ class DistPipeline:
                 pass
         self.ranks.stop(timeout_s)
         self._group = None
-

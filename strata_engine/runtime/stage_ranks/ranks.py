@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch.distributed as dist
 

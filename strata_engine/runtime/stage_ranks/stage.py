@@ -8,6 +8,7 @@ frame's receive is posted before the current one is computed, so the link and th
 exception in a micro-batch becomes that frame's ERROR and the stage keeps serving; a lost neighbour
 becomes a FAULT frame naming it, forwarded toward the head, and the stage exits.
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,14 +22,14 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from .wire import Kind, WirePart, decode, encode, error_bytes
 from ...heap import hand_back
+from ..compiled_step import compiled_stage
 from ..invariance import apply_row_tile, invariance_holds
-from ..thread_probe import stage_threads_agree
 from ..pipeline import Part, StagePlan
 from ..prefix_copies import HostPrefixes, PrefixCopy
-from ..compiled_step import compiled_stage
 from ..stage_forward import stage_forward
+from ..thread_probe import stage_threads_agree
+from .wire import Kind, WirePart, decode, encode, error_bytes
 
 DATA, CONTROL = 0, 1
 SPEC_BYTES = 1 << 16
@@ -72,7 +73,7 @@ class StageSpec:
         return json.dumps(asdict(self)).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "StageSpec":
+    def from_json(cls, data: bytes) -> StageSpec:
         return cls(**json.loads(data))
 
 
@@ -111,15 +112,26 @@ def build_stage(spec: StageSpec):
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
     compiled = None
     if spec.compile:
-        compiled = compiled_stage(model, spec.plan, cache, spec.is_first, spec.is_last, spec.row_tile, spec.num_slots,
-                                  spec.threads, spec.gemms)
+        compiled = compiled_stage(
+            model,
+            spec.plan,
+            cache,
+            spec.is_first,
+            spec.is_last,
+            spec.row_tile,
+            spec.num_slots,
+            spec.threads,
+            spec.gemms,
+        )
     return model, cache, compiled
 
 
 def run_part(spec: StageSpec, model, cache, wire: WirePart, compiled=None) -> WirePart:
     """One ragged part through this rank's layers, by the same stage_forward as the thread stages."""
     part = Part(wire.tokens, wire.positions, wire.layout(), wire.want_logits, hidden=wire.payload)
-    stage_forward(model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device, compiled)
+    stage_forward(
+        model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device, compiled
+    )
     payload = part.logits if spec.is_last else part.hidden  # the head needs the logits only: [R, V] float32
     return WirePart(wire.tokens, wire.positions, wire.slots, wire.lengths, wire.want_logits, payload)
 
@@ -143,8 +155,14 @@ class _Sender:
             self.pending.popleft()[0].wait(self.timeout)
 
 
-def serve_stage(store, rank: int, world_size: int, model_override: str | None = None,
-                device_override: str | None = None, generation: int = 0) -> int:
+def serve_stage(
+    store,
+    rank: int,
+    world_size: int,
+    model_override: str | None = None,
+    device_override: str | None = None,
+    generation: int = 0,
+) -> int:
     """The stage rank's body; returns the process exit status (0 after a SHUTDOWN)."""
     group = make_group(store, rank, world_size, generation)
     spec_buffer = torch.empty(SPEC_BYTES, dtype=torch.uint8)
@@ -157,9 +175,20 @@ def serve_stage(store, rank: int, world_size: int, model_override: str | None = 
             torch.set_num_threads(spec.threads)
         model, cache, compiled = build_stage(spec)
         invariant = invariance_holds(model.config, spec.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
-        layout = invariant and not spec.compile and stage_threads_agree(
-            model, range(spec.layer_start, spec.layer_end), spec.row_tile, spec.threads, spec.device, spec.is_first,
-            spec.is_last, Part.ragged)
+        layout = (
+            invariant
+            and not spec.compile
+            and stage_threads_agree(
+                model,
+                range(spec.layer_start, spec.layer_end),
+                spec.row_tile,
+                spec.threads,
+                spec.device,
+                spec.is_first,
+                spec.is_last,
+                Part.ragged,
+            )
+        )
     except Exception as exc:
         group.send([encode(Kind.FAILED, rank, data=f"{type(exc).__name__}: {exc}".encode())], 0, CONTROL).wait()
         return 2
@@ -186,12 +215,12 @@ def _serve(group, rank: int, world_size: int, spec: StageSpec, model, cache, com
             return _fault(sender, f"stage rank {rank} lost its link to rank {prev}: {err}", prev)
         if frame.kind in (Kind.SHUTDOWN, Kind.FAULT):
             try:
-                sender.send(buffers[current][:frame.nbytes].clone())
+                sender.send(buffers[current][: frame.nbytes].clone())
                 sender.flush()
             except RuntimeError:
                 pass
             return 0 if frame.kind == Kind.SHUTDOWN else 3
-        raw = buffers[current][:frame.nbytes]
+        raw = buffers[current][: frame.nbytes]
         current ^= 1
         receive = group.recv([buffers[current]], prev, DATA)  # the next frame arrives while this one computes
         out = _compute(spec, model, cache, compiled, frame, raw, prefixes)
@@ -230,6 +259,7 @@ def _fault(sender: _Sender, message: str, lost_rank: int) -> int:
 
 def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     """A stage rank started by a head exits when that head is gone, whatever killed it."""
+
     def watch() -> None:
         while True:
             if os.getppid() != parent_pid:
@@ -239,8 +269,9 @@ def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="strata-parent-watch", daemon=True).start()
 
 
-def run_stage_rank(model: str | None, device: str | None, local_rank: int | None, parent_pid: int | None,
-                   timeout_s: float = 300.0) -> int:
+def run_stage_rank(
+    model: str | None, device: str | None, local_rank: int | None, parent_pid: int | None, timeout_s: float = 300.0
+) -> int:
     """`strata-engine stage`: join the head's group through env:// and serve until the head says stop."""
     import signal
 
@@ -252,7 +283,9 @@ def run_stage_rank(model: str | None, device: str | None, local_rank: int | None
     except ValueError as err:
         raise SystemExit(f"strata-engine stage: {err} (a stage rank needs MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)")
     if rank == 0:
-        raise SystemExit("strata-engine stage: RANK 0 is the head (strata-engine serve); stage ranks are 1..WORLD_SIZE-1")
+        raise SystemExit(
+            "strata-engine stage: RANK 0 is the head (strata-engine serve); stage ranks are 1..WORLD_SIZE-1"
+        )
     if device is None and local_rank is not None and torch.cuda.is_available():
         device = f"cuda:{local_rank}"  # torchrun: one GPU per local rank
     return serve_stage(store, rank, world_size, model_override=model, device_override=device)

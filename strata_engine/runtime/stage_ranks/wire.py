@@ -10,6 +10,7 @@ part's hidden states [padded tokens, D] (between stages) or its logits [R, V] fl
 head); 0 payload rows = none. Control frames
 (ready, failed, fault, shutdown, spec, copy) carry UTF-8 text or a pickled exception as their payload.
 """
+
 from __future__ import annotations
 
 import enum
@@ -50,17 +51,23 @@ class WirePart:
     payload: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, part, payload: torch.Tensor | None = None) -> "WirePart":
+    def of(cls, part, payload: torch.Tensor | None = None) -> WirePart:
         """The wire form of a runtime/pipeline.Part (its layout as slots and row lengths)."""
         rows = part.rows.rows
-        return cls(part.tokens, part.positions, torch.tensor([r.slot for r in rows], dtype=torch.long),
-                   torch.tensor([r.length for r in rows], dtype=torch.long), part.want_logits, payload)
+        return cls(
+            part.tokens,
+            part.positions,
+            torch.tensor([r.slot for r in rows], dtype=torch.long),
+            torch.tensor([r.length for r in rows], dtype=torch.long),
+            part.want_logits,
+            payload,
+        )
 
     def layout(self) -> Rows:
         positions = self.positions.tolist()
         rows, start = [], 0
         for length in self.lengths.tolist():
-            rows.append(positions[start:start + length])
+            rows.append(positions[start : start + length])
             start += length
         return Rows.of(self.slots.tolist(), rows)
 
@@ -87,7 +94,9 @@ def _flat_bytes(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return flat.view(torch.uint8)
 
 
-def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int] = (), data: bytes = b"") -> torch.Tensor:
+def encode(
+    kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int] = (), data: bytes = b""
+) -> torch.Tensor:
     """One frame, payload tensors moved to CPU (the wire is host memory; see docs/DISTRIBUTED.md)."""
     payloads = [p.payload for p in parts if p.payload is not None]
     dtype = payloads[0].dtype if payloads else torch.uint8
@@ -95,12 +104,21 @@ def encode(kind: Kind, seq: int, parts: list[WirePart] = (), stage_us: list[int]
         raise ValueError("every part's payload in a frame must have one dtype")
     meta: list[int] = []
     for p in parts:
-        meta += [p.slots.numel(), p.positions.numel(), int(p.want_logits), 0 if p.payload is None else p.payload.shape[0]]
+        meta += [
+            p.slots.numel(),
+            p.positions.numel(),
+            int(p.want_logits),
+            0 if p.payload is None else p.payload.shape[0],
+        ]
     meta += list(stage_us)
     ints = [_ints(meta)] if meta else []
     for p in parts:
-        ints += [_flat_bytes(p.tokens, torch.int64), _flat_bytes(p.positions, torch.int64),
-                 _flat_bytes(p.slots, torch.int64), _flat_bytes(p.lengths, torch.int64)]
+        ints += [
+            _flat_bytes(p.tokens, torch.int64),
+            _flat_bytes(p.positions, torch.int64),
+            _flat_bytes(p.slots, torch.int64),
+            _flat_bytes(p.lengths, torch.int64),
+        ]
     body = [_flat_bytes(t, t.dtype) for t in payloads]
     if data:
         body.append(torch.frombuffer(bytearray(data), dtype=torch.uint8))
@@ -114,31 +132,40 @@ def decode(buffer: torch.Tensor, clone: bool = False) -> Frame:
     """Read a frame from the front of `buffer`. Payloads are views of the buffer unless clone=True."""
     if buffer.numel() < HEADER * 8:
         raise ValueError(f"a receive buffer of {buffer.numel()} bytes cannot hold a frame header ({HEADER * 8} bytes)")
-    kind, seq, nparts, nbytes, dtype_code, width, ntimes, ndata = buffer[:HEADER * 8].view(torch.int64).tolist()
+    kind, seq, nparts, nbytes, dtype_code, width, ntimes, ndata = buffer[: HEADER * 8].view(torch.int64).tolist()
     if not 0 < nbytes <= buffer.numel():
-        raise ValueError(f"a frame of {nbytes} bytes in a receive buffer of {buffer.numel()}: sender and receiver disagree")
+        raise ValueError(
+            f"a frame of {nbytes} bytes in a receive buffer of {buffer.numel()}: sender and receiver disagree"
+        )
     offset = HEADER * 8
-    meta = buffer[offset:offset + (nparts * PART_FIELDS + ntimes) * 8].view(torch.int64).tolist()
+    meta = buffer[offset : offset + (nparts * PART_FIELDS + ntimes) * 8].view(torch.int64).tolist()
     offset += len(meta) * 8
-    shapes = [meta[i * PART_FIELDS:(i + 1) * PART_FIELDS] for i in range(nparts)]
-    stage_us = meta[nparts * PART_FIELDS:]
+    shapes = [meta[i * PART_FIELDS : (i + 1) * PART_FIELDS] for i in range(nparts)]
+    stage_us = meta[nparts * PART_FIELDS :]
 
     def take(count: int, dtype: torch.dtype) -> torch.Tensor:
         nonlocal offset
         size = count * dtype.itemsize
-        t = buffer[offset:offset + size].view(dtype)
+        t = buffer[offset : offset + size].view(dtype)
         offset += size
         return t.clone() if clone else t
 
     parts = []
     for rows, tokens, want, _ in shapes:
-        parts.append(WirePart(take(tokens, torch.int64), take(tokens, torch.int64), take(rows, torch.int64),
-                              take(rows, torch.int64), bool(want)))
+        parts.append(
+            WirePart(
+                take(tokens, torch.int64),
+                take(tokens, torch.int64),
+                take(rows, torch.int64),
+                take(rows, torch.int64),
+                bool(want),
+            )
+        )
     dtype = DTYPES[dtype_code]
     for part, (_, _, _, payload_rows) in zip(parts, shapes):
         if payload_rows:
             part.payload = take(payload_rows * width, dtype).view(payload_rows, width)
-    data = bytes(buffer[offset:offset + ndata].tolist()) if ndata else b""
+    data = bytes(buffer[offset : offset + ndata].tolist()) if ndata else b""
     return Frame(Kind(kind), seq, parts, stage_us, data, nbytes)
 
 

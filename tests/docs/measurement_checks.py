@@ -1,0 +1,233 @@
+"""The check of each command first shown in a page of docs/measurements/, by its normalised text
+(doc_commands.py), grouped by page. Most reproduce a measurement that takes minutes and are skipped, naming
+what checks the same code small; the rest run at a small size. Commands of one file run in order in one
+scratch directory, so a `report` finds what the `run` before it wrote."""
+
+from __future__ import annotations
+
+from doc_checks import HTTP_SMALL, INSTALLED, LLAMA_SERVER, MINUTES, PRESET_SMALL, VLLM_CACHE, VLLM_SERVER, Run, Skip
+
+CHECKS: dict[str, object] = {
+    # docs/measurements/agents.md
+    "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
+    ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # the agents re-measured
+    'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip(
+        "sets a shell variable for the command after it"
+    ),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm-2 --arm fastest="$F --prefill-chunk 256" --arm target40="env STRATA_PIPED_PAUSE_TARGET_MS=40 $F --prefill-chunk 256" --arm c128="$F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # the agents with the merged decode and smaller chunks; the merged decode's steady rate
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out runs/agents-merged --arm c128="$F --prefill-chunk 128" --arm c128-merged="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c64 --arm agents="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 64" --arm c64-groups="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # docs/measurements/batch-invariance.md
+    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --layout plain --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --layout plain --batch 6"': Skip(
+        "a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"
+    ),
+    # docs/measurements/bench-model.md
+    ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(
+        ((r"--repeats 7", "--repeats 1"),)
+    ),
+    "env STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 3 --batch 6 --out bench-out/bench_model-template.json": Skip(
+        "compiles the templated step four times (~2 min) and times every engine; the plain bench_model command above runs small"
+    ),
+    # docs/measurements/cache-gate.md
+    'strata-verify cache --scale 0.5 --lacks events,give-way --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(
+        VLLM_CACHE
+    ),
+    # docs/measurements/chunk-kernel.md
+    ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 64,256": Run(((r"$", " --repeats 3"),)),
+    # a read's chunk profiled on one core
+    ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention": Run(
+        ((r"$", " --repeats 3"),)
+    ),
+    # reads alone on servers side by side, the kernels on and off
+    '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 4096 --rounds 8 --arm "default=strata-engine serve --ctx 8192" --arm "experts-loop=env STRATA_EXPERT_KERNEL=0 strata-engine serve --ctx 8192" --arm "flash=env STRATA_CHUNK_KERNEL=0 strata-engine serve --ctx 8192"': Run(
+        ((r"--tokens 4096 --rounds 8", "--tokens 256 --rounds 1"), (r' --arm "flash=[^"]*"', ""))
+    ),
+    # the chunk op's running maxima: two builds side by side (the commit before as a worktree)
+    "git worktree add /tmp/strata-before 3cfbddd": Skip(
+        "makes a worktree of an earlier commit; the A/B below reads it"
+    ),
+    '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 2048 --rounds 16 --arm "after=strata-engine serve --layout fastest --batch 6 --ctx 8192" --arm "before=env PYTHONPATH=/tmp/strata-before strata-engine serve --layout fastest --batch 6 --ctx 8192"': Skip(
+        "needs the worktree above; " + MINUTES + "; the same script runs small in the check above"
+    ),
+    # docs/measurements/ci-time.md
+    'tmp=$(mktemp -d) && git clone -q . "$tmp/c" && cd "$tmp/c" && time CI=true bash .ci/run': Skip(INSTALLED),
+    # docs/measurements/client-overhead.md
+    ".venv/bin/python benchmarks/bench_client_overhead.py --streams 64 --itl-ms 20 --tokens 200": Run(),
+    # docs/measurements/compiled-gemms.md
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/template-gemms --arm mkl="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm template="env STRATA_COMPILED_GEMMS=template strata-engine serve --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    ".venv/bin/python benchmarks/profile_decode_step.py --rows 4,6 --threads 1 --prompt 64 --steps 100 --arms compiled,template": Run(
+        ((r"--rows 4,6 --threads 1 --prompt 64 --steps 100", "--rows 2 --threads 1 --prompt 8 --steps 2"),), timeout=300
+    ),
+    # docs/measurements/decode-kernel.md
+    ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 256": Run(((r"$", " --repeats 3"),)),
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/decode-kernel-2 --arm aten="env STRATA_DECODE_KERNEL=0 strata-engine serve --batch 6 --ctx 8192" --arm native="strata-engine serve --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # docs/measurements/decode-step.md
+    ".venv/bin/python benchmarks/profile_decode_step.py --rows 1,6 --threads 1,2 --steps 30": Run(
+        ((r"--threads 1,2 --steps 30", "--threads 1 --steps 2 --arms invariant,padding_off"),)
+    ),
+    ".venv/bin/py-spy record -p <pid> -d 8 -r 200 -f raw -o serve.raw --threads": Skip(
+        "a profile of a running server's process (<pid>), py-spy installed by hand; docs/MODEL.md has its numbers"
+    ),
+    ".venv/bin/python benchmarks/bench_attention.py": Run(((r"$", " --repeats 3"),)),
+    # steady decode in the layouts that might use both cores, against vLLM
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "c1=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "c2=env STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --threads 2" --arm "c2p=env OMP_WAIT_POLICY=PASSIVE STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --threads 2" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"': Skip(
+        "four fresh engines a round, three of them compiling, one vLLM (~4 min); the MODEL.md steady-decode command runs the same script small"
+    ),
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "c1=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "d1=strata-engine serve --batch 6 --ctx 8192 --compile --stage-workers dist --threads 1" --arm "d2=env STRATA_DECODE_ALL_THREADS=1 strata-engine serve --batch 6 --ctx 8192 --compile --stage-workers dist --threads 2" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"': Skip(
+        "four fresh engines a round, three of them compiling, one vLLM (~3 min); the MODEL.md steady-decode command runs the same script small"
+    ),
+    # steady decode: Strata's eager one-stage arm alone, small (the vLLM arm needs its venv)
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "one-stage=strata-engine serve --batch 6 --ctx 8192 --compile" --arm "spec=strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"': Run(
+        (
+            (r' --arm "spec=[^"]*" --arm "vllm=[^"]*"', ""),
+            (r" --compile", ""),
+            (r"--rounds 2", "--rounds 1 --streams 2 --tokens 16"),
+        ),
+        timeout=300,
+    ),
+    # docs/measurements/decode-threads.md
+    'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "strata-default=strata-engine serve --layout plain --batch 6" --arm "strata-compile=strata-engine serve --batch 6 --compile" --arm "strata-mixed=env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 <vllm venv>/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
+        "a 12-run comparison with vLLM's CPU build (scripts/install_vllm.sh; <vllm venv> is its venv), minutes"
+    ),
+    # docs/measurements/default-layout.md
+    # the default layout against the plain one and vLLM
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default --arm default="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm plain="strata-engine serve --layout plain --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default-2 --arm default="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm pt80="env STRATA_PIPED_PAUSE_TARGET_MS=80 env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-threads --arm default="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm ranks="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # docs/measurements/engines-avx2.md
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
+    # docs/measurements/engines-table.md
+    ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-chunk": Skip(
+        "45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"
+    ),
+    # docs/measurements/expert-kernel.md
+    ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-experts": Run(
+        ((r"$", " --repeats 3"),)
+    ),
+    # docs/measurements/gate-other-engines.md
+    "VLLM_CPU_KVCACHE_SPACE=2 ~/.cache/strata/vllm-0.32.0/venv/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --port 8091 &": Skip(
+        VLLM_SERVER
+    ),
+    ".venv/bin/strata-verify interleave --url http://127.0.0.1:8091 --scale 0.05": Skip(
+        "tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 1, naming give-way)"
+    ),
+    # docs/measurements/gate-under-load.md
+    # Strata's run checks the script (one quiet run, one "loaded" with no hog)
+    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05": Run(
+        ((r"--runs 10", "--runs 1 --hogs 0"),)
+    ),
+    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
+        "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
+    ),
+    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
+        LLAMA_SERVER
+    ),
+    # docs/measurements/http-overhead.md
+    ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
+    ".venv/bin/python benchmarks/bench_http_overhead.py --time-scale 100 --max-tokens 1024 --out bench-out/stress.json": Run(),
+    ".venv/bin/python benchmarks/bench_http_overhead.py --render bench-out/http_overhead.json": Run(),
+    # docs/measurements/isa-levels.md
+    # the native ops at this CPU's level and at x86-64-v2, the default server against vLLM
+    ".venv/bin/python benchmarks/bench_attention.py --sections 3,4 --repeats 9 --chunks 64,256": Run(
+        ((r"--repeats 9", "--repeats 1"),)
+    ),
+    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
+        "builds every native op again at -march=x86-64-v2 (about a minute a build); "
+        "tests/engine/test_native_isa_levels.py checks the levels' bits"
+    ),
+    'python3 - <<\'PY\' import json d = json.load(open("strata_bench/presets/engines.json")) json.dump({"name": "default-vs-vllm", '
+    '"arms": {"strata-default": "strata-engine serve --batch 6 --ctx 8192", "vllm": d["arms"]["vllm"]}, '
+    '"scenarios": d["scenarios"], "repeat": 3, "scale": d["scale"]}, open("/tmp/default-vs-vllm.json", "w")) PY': Run(),
+    ".venv/bin/strata-bench preset /tmp/default-vs-vllm.json --out runs/default-vs-vllm-avx2": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # docs/measurements/kv-memory.md
+    ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4": Run(
+        ((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)
+    ),
+    # docs/measurements/many-agents.md
+    ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents --arm strata='strata-engine serve --batch 6 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
+    # docs/measurements/merged-decode.md
+    'S="strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip(
+        "sets a shell variable for the command after it"
+    ),
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --arm "groups=$S" --arm "merged=env STRATA_PIPED_DECODE_MERGE=1 $S" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"': Skip(
+        "three fresh engines a round, two of them compiling (~3 min); the MODEL.md steady-decode command runs the same script small"
+    ),
+    # docs/measurements/pr2050-sim.md
+    ".venv/bin/strata-bench preset pr2050 --time-scale 4 --out bench-out/pr2050-ts4": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench report bench-out/pr2050-ts4": Run(),
+    # docs/measurements/prompt-cache.md
+    ".venv/bin/python benchmarks/bench_prompt_cache.py --rounds 3 --out runs/prompt_cache.json": Run(
+        ((r"--rounds 3", "--rounds 1 --context 1100"),), timeout=900
+    ),
+    # docs/measurements/read-chunk.md
+    # a read's chunk profiled on one core
+    ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Run(),
+    # docs/measurements/read-modes.md
+    ".venv/bin/strata-bench preset read-modes --time-scale 4 --out bench-out/read-modes-sim-ts4": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench preset read-modes-cpu --out bench-out/read-modes-cpu": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench report bench-out/read-modes-sim-ts4": Run(),
+    'for m in STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100 \'STRATA_PIPED_READ_MIX=1 STRATA_PIPED_PAUSE_TARGET_MS=100\'; do .venv/bin/strata-verify interleave --scale 0.05 --engine "env $m strata-engine serve --split 2 --batch 4 --batch-groups 2" .venv/bin/strata-verify determinism --engine "env $m strata-engine serve --split 2 --batch 4 --batch-groups 2" --against strata_verify/golden/reference-cpu.json done': Skip(
+        "six engines (interleave and determinism for each of three modes, ~8 min); tests/engine/test_pieces_e2e.py checks the same modes' tokens against solo runs"
+    ),
+    # docs/measurements/spec-sizes-cpu.md
+    ".venv/bin/strata-bench preset pr2050-cpu --out bench-out/pr2050-cpu": Run(PRESET_SMALL),
+    # docs/measurements/stage-workers.md
+    ".venv/bin/python benchmarks/bench_ring.py --stage-workers dist --tokens 200": Run(
+        ((r"--tokens 200", "--tokens 40"),)
+    ),
+    ".venv/bin/python benchmarks/bench_pipeline.py --repeat 3 --stage-workers thread,dist --json run.json": Run(
+        ((r"--repeat 3", "--repeat 1 --long 600 --tokens 24"),)
+    ),
+    # docs/measurements/start-up.md
+    ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
+    # docs/measurements/vs-aiperf.md
+    ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --layout plain --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf": Skip(
+        MINUTES + "; without AIPerf it prints that it skipped (tests/bench/test_vs_aiperf_parts.py)"
+    ),
+    # docs/measurements/vs-llama-server.md
+    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out bench-out/vs-llama-server --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm mixed='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -b 512 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"": Skip(
+        LLAMA_SERVER
+    ),
+    # docs/measurements/weight-layout.md
+    ".venv/bin/python benchmarks/bench_weight_layout.py": Run(
+        ((r"$", " --threads 1 --rows 16 --steps 4 --repeats 1"),)
+    ),
+    # docs/measurements/whole-decode.md
+    # steady decode with the whole decode
+    '.venv/bin/python benchmarks/bench_steady_decode.py --rounds 2 --streams 4 --tokens 300 --arm "default=env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm "ranks=env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm "vllm=env VLLM_CPU_KVCACHE_SPACE=2 {vllm} serve {model_dir} --dtype float32 --max-model-len 8192 --max-num-seqs 8"': Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    # the whole decode against the ranks' hops
+    ".venv/bin/python benchmarks/bench_pipeline.py --compile --skip-pause --repeat 1 --batch 8 --stage-workers thread,dist": Skip(
+        MINUTES
+    ),
+}
