@@ -25,7 +25,7 @@ from strata_verify.cache.steps import judge
 from strata_verify.client import EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
 
-GIVE_WAY_ATTEMPTS = 3  # long reads at most, while the turn keeps reaching the engine after the read ended
+GIVE_WAY_ATTEMPTS = 3  # long reads at most, while the read keeps going to its end without giving way
 COLD_SALT = "cache_salt"  # Strata's per-request switch (vLLM's semantics), where /v1/engine reports a cache
 
 
@@ -177,9 +177,11 @@ def _give_way(run: CacheRun, client: EngineClient) -> None:
         for attempt in range(GIVE_WAY_ATTEMPTS):
             run.give_way_attempts = attempt + 1
             read, g1 = _long_read_then_turn(run, client, watcher, second, attempt, timeout)
-            # A turn sent after the long read's first token found nothing to take over: a fact of this
-            # machine's timing, not of the engine, so the phase runs again with a fresh long read.
-            if not _came_too_late(read.result, g1.result):
+            # A turn that reached the engine after the long read's last boundary (its last piece under way, or
+            # the read ended) found nothing to take over: a fact of this machine's timing, not of the engine.
+            # The client cannot see when the turn reached the engine, so any long read that did not give way
+            # runs again with a fresh one; only when every attempt went to its end is give-way not exercised.
+            if not _came_too_late(read.result, g1.result) and not _went_to_its_end(watcher, read.result):
                 break
     finally:
         _stop(run, "give-way", watcher)
@@ -211,6 +213,16 @@ def _long_read_then_turn(run: CacheRun, client: EngineClient, watcher, second: l
         task.join(timeout)
         _done(task, what)
     return read, g1
+
+
+def _went_to_its_end(watcher, read) -> bool:
+    """The engine's events show no give-way by the long read (False where there is no event feed to tell)."""
+    if not watcher.available:
+        return False
+    yielded = watcher.wait_for(
+        lambda e: e.get("kind") == "YIELDED" and read.request_id in (e.get("request_id"), e.get("parked")), timeout=1.0
+    )
+    return yielded is None
 
 
 def _came_too_late(read, turn) -> bool:

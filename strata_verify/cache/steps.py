@@ -211,8 +211,8 @@ def _give_way(run: CacheRun) -> Step:
         evidence.append(f"YIELDED {y.get('slot')} {y.get('tokens_read')} (to {y.get('to', '?')})")
     if run.give_way_attempts > 1:
         evidence.append(
-            f"attempt {run.give_way_attempts}: in the earlier one(s) g.t1 reached the engine after the long read "
-            "had ended, so a fresh long read was sent"
+            f"attempt {run.give_way_attempts}: in the earlier one(s) the long read went to its end (g.t1 reached "
+            "the engine too late to take over), so a fresh long read was sent"
         )
     evidence.append(
         f"long sent {run.rel(read.sent_at)}, first token {run.rel(read.first_token_at)}; g.t1 sent "

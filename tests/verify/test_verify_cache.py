@@ -287,4 +287,17 @@ def test_a_turn_that_reaches_the_engine_after_the_long_read_ended_sends_a_fresh_
     result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--read-ms-per-token", "0"))
     step = [line for line in result.stdout.splitlines() if "give-way mid-session" in line]
     assert step and "[NOT EXERCISED]" in step[0], result.stdout
-    assert "attempt 3: in the earlier one(s) g.t1 reached the engine after the long read had ended" in result.stdout
+    assert "attempt 3: in the earlier one(s) the long read went to its end (g.t1 reached the engine too late" in (
+        result.stdout
+    )
+
+
+def test_an_engine_that_never_gives_way_is_not_exercised_after_every_attempt():
+    """The engine's events, not the client's clock, decide a retry: a read that went to its end without YIELDED is
+    sent again, and an engine that never gives way is named after the last attempt (and fails unless declared)."""
+    result = verify("cache", *SMALL, "--engine", fake("--prompt-cache", "64", "--no-yield"))
+    step = [line for line in result.stdout.splitlines() if "give-way mid-session" in line]
+    assert result.returncode == 1 and step and "[NOT EXERCISED]" in step[0], result.stdout
+    assert "attempt 3:" in result.stdout and "went to its end without giving way" in result.stdout
+    declared = verify("cache", *SMALL, "--lacks", "give-way", "--engine", fake("--prompt-cache", "64", "--no-yield"))
+    assert declared.returncode == 0, declared.stdout
