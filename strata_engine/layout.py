@@ -9,7 +9,9 @@ the mixed read and the merged decode); `auto` (the default) means
 `fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
 auto keeps the flags, and `fastest` beside one is a usage error. `STRATA_LAYOUT` (plain or fastest) sets
-what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. `why` is one line for the log.
+what auto means, as `STRATA_STAGE_WORKERS` does for `--stage-workers auto`. Where it is unset, auto follows this
+machine's profile when `strata-engine tune` measured one (machine_profile.py: the layout that did the same work
+sooner here), and the documented fastest layout otherwise. `why` is one line for the log.
 `provenance(...)` says where each resolved field came from (`serve --print-config`).
 
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
@@ -36,6 +38,7 @@ class Machine:
     cores: int  # CPUs this process may run on
     cuda: bool
     layers: int  # the model's decoder layers
+    profile: dict[str, Any] | None = None  # machine_profile.read: what `strata-engine tune` measured here
 
 
 def flags(names) -> str:
@@ -44,14 +47,18 @@ def flags(names) -> str:
 
 
 def this_machine(config: EngineConfig) -> Machine:
-    """The cores (counted as the thread default and --stage-workers auto count them), whether CUDA is there, and
-    the model's layer count (imports torch: the engine is next)."""
+    """The cores (counted as the thread default and --stage-workers auto count them), whether CUDA is there, the
+    model's layer count and this machine's profile for the model (imports torch: the engine is next)."""
     import torch
 
+    from . import machine_profile
     from .model.weights import read_config, resolve_model_path
 
     return Machine(
-        os.cpu_count() or 1, torch.cuda.is_available(), read_config(resolve_model_path(config.model)).num_layers
+        os.cpu_count() or 1,
+        torch.cuda.is_available(),
+        read_config(resolve_model_path(config.model)).num_layers,
+        machine_profile.read(config.model, config.env),
     )
 
 
@@ -117,6 +124,15 @@ def resolve(
             raise ValueError(f"--layout fastest cannot run with {unfit}; use --layout plain")
         return config, f"plain: auto found {unfit}"
     how = "--layout fastest" if requested == "fastest" else f"auto on {found.cores} CPU cores"
+    if requested == "auto" and not knobs.is_set(LAYOUT_ENV, env):
+        if found.profile is not None:
+            from .machine_profile import why as measured
+
+            if found.profile["layout"] == "plain":
+                return config, f"plain: auto follows {measured(found.profile)}"
+            how = f"auto follows {measured(found.profile)}"
+        else:
+            how += "; no machine profile: `strata-engine tune` measures one"
     laid_out = fastest(config, given)
     return laid_out, (
         f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "

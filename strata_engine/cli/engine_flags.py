@@ -95,8 +95,8 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=2),
             default=None,
             help="Context length per slot (prompt + generated tokens). Default: the model's "
-            "max_position_embeddings, or less where a quarter of the memory cannot hold that "
-            "much KV cache for --batch slots.",
+            "max_position_embeddings where a quarter of the memory holds what --batch slots commit (on CPU "
+            "with a sliding window, the window's share only), else the most that fits.",
         ),
         click.option(
             "--allow-ctx-beyond-model",

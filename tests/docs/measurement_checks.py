@@ -117,6 +117,9 @@ CHECKS: dict[str, object] = {
     '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-threads --arm default="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm ranks="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
         VLLM_CACHE.split(";")[0] + "; " + MINUTES
     ),
+    "XDG_CACHE_HOME=/tmp/tunex TORCHINDUCTOR_CACHE_DIR=~/.cache/strata/inductor .venv/bin/strata-engine tune --batch 6": Skip(
+        "tune on the real engine takes a minute or two; tests/engine/test_machine_profile.py runs it (slow)"
+    ),
     # docs/measurements/engines-avx2.md
     ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
