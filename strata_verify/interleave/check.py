@@ -20,6 +20,7 @@ from strata_verify.client import Completion, EngineClient, GateError, StreamTask
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.concurrency import ConcurrencyWatch, CounterReader
 from strata_verify.interleave.run import InterleaveOptions, InterleaveRun, OneAtATime
+from strata_verify.interleave.sampled import SAMPLED_ATTEMPTS, decoded_beside
 from strata_verify.interleave.steps import judge
 from strata_verify.requests import NAMES, SAMPLED, request_id
 
@@ -109,10 +110,20 @@ def _interleaved_phase(run: InterleaveRun, client: EngineClient) -> None:
         finally:
             run.concurrency = watch.describe()
         # S: seeded sampling in decode batches beside A and B (the field's "interleaved == solo" at temperature > 0).
-        sampled = client.task(
-            SAMPLED, ids[SAMPLED], run.prompts[SAMPLED], plan.sampled_tokens, sampling=opts.sampling
-        ).start()
-        run.sampled["interleaved"] = _finish(sampled, opts.phase_timeout, "seeded sampling while A and B decode")
+        # Beside them is judged on the client's clock (A and B got tokens during S): a loaded machine can deliver
+        # the streams in bursts, so a draw not shown beside them is sent again before the step concludes.
+        for attempt in range(SAMPLED_ATTEMPTS):
+            run.sampled_attempts = attempt + 1
+            sampled = client.task(
+                SAMPLED,
+                ids[SAMPLED] if attempt == 0 else f"{ids[SAMPLED]}-{attempt + 1}",
+                run.prompts[SAMPLED],
+                plan.sampled_tokens,
+                sampling=opts.sampling,
+            ).start()
+            run.sampled["interleaved"] = _finish(sampled, opts.phase_timeout, "seeded sampling while A and B decode")
+            if decoded_beside(run.sampled["interleaved"], tasks["A"].result, tasks["B"].result):
+                break
         tasks["C"] = client.task("C", ids["C"], run.prompts["C"], plan.answer_tokens).start()
         _finish(tasks["C"], opts.phase_timeout, "long read while A and B decode")
         tasks["D"] = client.task("D", ids["D"], run.prompts["D"], plan.answer_tokens).start()

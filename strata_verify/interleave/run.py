@@ -64,6 +64,7 @@ class InterleaveRun:
     cache: str = ""  # what was done about the server's prefix cache
     concurrency: list[str] = field(default_factory=list)  # which evidence showed A and B together (or apart)
     sampled: dict[str, Completion] = field(default_factory=dict)  # S: "interleaved", "solo", "solo again"
+    sampled_attempts: int = 1  # S sent beside A and B (again while the client's clock could not show it beside them)
     whole: dict[str, Completion] = field(default_factory=dict)  # S and E alone, not streamed (vs their solo streams)
     steps: list[Step] = field(default_factory=list)
 

@@ -21,6 +21,7 @@ from strata_verify.report import FAIL, NOT_EXERCISED, PASS, Step
 from strata_verify.requests import SAMPLED
 
 CHECK = "interleave"
+SAMPLED_ATTEMPTS = 3  # S sent beside A and B at most, while the client's clock cannot show it beside them
 INTERLEAVED = f"{SAMPLED} seeded: interleaved == solo"
 RUNS = f"{SAMPLED} seeded: run 1 == run 2"
 
@@ -47,6 +48,11 @@ def judge_sampled(run: Any) -> list[Step]:
     ]
     shown, how = _beside_a_and_b(run, inter)
     evidence.append(how)
+    if getattr(run, "sampled_attempts", 1) > 1:
+        evidence.append(
+            f"attempt {run.sampled_attempts}: the earlier S draw(s) were not shown beside A and B on the client's "
+            "clock, so S was sent again"
+        )
     if diff is not None:
         steps.append(Step(CHECK, INTERLEAVED, FAIL, diff[0], tuple(evidence)))
     elif not shown:
@@ -190,6 +196,17 @@ def _off_argmax(*answers) -> tuple[bool | None, str]:
     if not seen:
         return None, "the server gave no top logprobs: whether the sampling drew off the argmax is not shown"
     return off > 0, f"{off} of {seen} sampled positions drew a token other than the top-1 (top logprobs)"
+
+
+def decoded_beside(s, a, b) -> bool:
+    """While A and B still stream: both got tokens between S's first token and its end, and neither ended before
+    S did (the check sends S again where this is False, up to SAMPLED_ATTEMPTS)."""
+    if s.first_token_at is None or s.ended_at is None:
+        return False
+    return all(
+        x.tokens_between(s.first_token_at, s.ended_at) and (x.ended_at is None or x.ended_at >= s.ended_at)
+        for x in (a, b)
+    )
 
 
 def _beside_a_and_b(run: Any, s) -> tuple[bool, str]:

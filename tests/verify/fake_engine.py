@@ -17,7 +17,7 @@ another streams by N ms (a starved HTTP front end: the engine runs both, the cli
 sampled position reports a runner-up above the chosen token; `stream: false` returns one JSON response.
 `--sample-fault batch` mixes the requests running beside a draw into it, `--sample-fault advance` one engine-wide
 generator's state (the same seed draws differently each request), `--sample-fault greedy` ignores temperature;
-`--stream-fault last-token` renders a whole
+`--burst-sampled N` delivers the first N sampled requests' tokens in one burst; `--stream-fault last-token` renders a whole
 response's last token from the next position; `--batch-fault N` changes greedy tokens from index 2 on while N or
 more requests are in flight (a bucket-boundary bug).
 
@@ -78,6 +78,7 @@ class Fake:
     queued: int = 0  # streams waiting for the engine (--serial)
     stalled: bool = False  # --stall-second-ms was spent
     sampled: int = 0  # sampled (temperature > 0) requests so far (--sample-fault advance)
+    bursts: int = 0  # sampled requests delivered in one burst so far (--burst-sampled)
     store_hits: int = 0  # hits the cache served from "the store" (GET /v1/engine prompt_cache.store_hits)
     cache: PrefixCache | None = None
 
@@ -365,10 +366,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             fake.stalled = fake.stalled or stall
             fake.in_flight += 1
             fake.running += 1
+            burst = sampled and fake.bursts < args.burst_sampled  # a starved front end: the whole answer at once
+            fake.bursts += burst
             try:
                 await job.read
                 for index in range(max_tokens):
-                    if index:
+                    if index and not burst:
                         await asyncio.sleep(args.decode_ms / 1000)
                     elif stall:
                         await asyncio.sleep(args.stall_second_ms / 1000)
@@ -484,6 +487,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-metrics", action="store_true", help="no GET /metrics (no engine counters)")
     parser.add_argument("--serial", action="store_true", help="one request at a time; the others wait in the queue")
+    parser.add_argument(
+        "--burst-sampled",
+        type=int,
+        default=0,
+        help="deliver the first N sampled requests' tokens in one burst (the client sees no stream beside them)",
+    )
     parser.add_argument(
         "--stall-second-ms",
         type=float,

@@ -20,6 +20,9 @@ SCENARIOS = {
     "batch+stream": ("--sample-fault", "batch", "--stream-fault", "last-token"),
     "advance": ("--sample-fault", "advance"),  # one engine-wide generator: the same seed draws differently
     "greedy": ("--sample-fault", "greedy"),  # temperature ignored: nothing sampled, nothing shown
+    # a starved front end delivers S in one burst: the client's clock cannot show it beside A and B
+    "burst-once": ("--burst-sampled", "1"),
+    "burst-always": ("--burst-sampled", "9"),
 }
 
 
@@ -47,6 +50,17 @@ def test_the_unmodified_fake_passes_the_field_steps(outcome):
     )
     assert "[    PASS     ] interleave: E stream == non-stream: 16 token ids" in out.stdout
     assert "temperature 1, top_p 0.95, seed 7" in out.stdout and "tokens A and B received meanwhile" in out.stdout
+
+
+def test_a_draw_not_shown_beside_a_and_b_is_sent_again_before_the_step_concludes(outcome):
+    out = outcome["burst-once"]
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[    PASS     ] interleave: S seeded: interleaved == solo: 32 sampled tokens equal" in out.stdout
+    assert "attempt 2: the earlier S draw(s) were not shown beside A and B" in out.stdout
+    out = outcome["burst-always"]
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "[NOT EXERCISED] interleave: S seeded: interleaved == solo: S was not shown" in out.stdout
+    assert "attempt 3:" in out.stdout and "[    FAIL     ]" not in out.stdout
 
 
 def test_a_draw_that_depends_on_the_batch_fails_interleaved_vs_solo_only(outcome):
