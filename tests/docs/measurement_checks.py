@@ -147,7 +147,7 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
         "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
     ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
+    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
         LLAMA_SERVER
     ),
     # docs/measurements/http-overhead.md
