@@ -70,6 +70,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
         model_config.num_kv_heads,
         model_config.head_dim,
         torch.tensor([], dtype=_dtype(config.dtype, device)).element_size(),
+        config.kv_dtype,
     )
     lazy = all(d.startswith("cpu") for d in (config.devices or (device,)))  # the CPU cache commits as it writes
     return choose_ctx(
@@ -110,7 +111,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
-        kernels = choose_kernels(model, sched.batch, threads, decode=config.compile)
+        kernels = choose_kernels(model, sched.batch, threads, decode=config.compile, kv_dtype=config.kv_dtype)
         split_layers(model, stages, dtype)
         pipeline = Pipeline(
             model,
@@ -123,6 +124,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
             compile=config.compile,
             decode_all_threads=sched.decode_all_threads,
             gemms=gemms,
+            kv_dtype=config.kv_dtype,
         )
     # The mixed read's decode rows ride eager forwards (not bitwise the compiled step's), and the C++ GEMM
     # templates round a row by its place in the micro-batch: either way no invariance claim.
@@ -134,6 +136,7 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         model_config.num_kv_heads,
         model_config.head_dim,
         torch.tensor([], dtype=dtype).element_size(),
+        config.kv_dtype,
     )
     return Backend(
         executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token, kv_window=model_config.sliding_window),
@@ -177,6 +180,7 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
         row_tile=tile,
         compile=config.compile,
         gemms=gemms,
+        kv_dtype=config.kv_dtype,
     )
 
 

@@ -33,6 +33,7 @@ def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") ->
 
 
 STAGE_RANKS = ("launch", "join")
+KV_DTYPES = ("f32", "bf16", "q8", "k8v4")  # model/kv_format.NAMES (no torch here)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class EngineConfig:
     executor: str = "torch"  # "torch" or "sim"
     device: str | None = None  # None = cuda when present, else cpu
     dtype: str | None = None  # None = fp32 on cpu, bf16 on cuda
+    kv_dtype: str | None = None  # the KV cache's format: f32, bf16, q8, k8v4 (model/kv_format.py); None = the dtype's
     seed: int = 0
     sim_profile: str | None = None  # name or path of a sim cost profile (sim executor)
     time_scale: float = 1.0  # sim: modelled seconds per wall second
@@ -147,6 +149,13 @@ class EngineConfig:
             raise ValueError(f"stage_timeout_s must be > 0, got {self.stage_timeout_s}")
         if self.compile and self.executor != "torch":
             raise ValueError("--compile compiles the torch executor's model step; the sim executor has none")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}")
+        if self.compile and self.kv_dtype not in (None, "f32"):
+            raise ValueError(
+                f"--kv-dtype {self.kv_dtype}: the compiled step (--compile, the fastest layout) reads float32 "
+                "caches; drop --compile and use --layout plain"
+            )
         if self.compile:
             self.compiled_gemms()  # a bad STRATA_COMPILED_GEMMS is named before anything loads
         for name in KERNEL_ENVS if self.executor == "torch" else ():

@@ -26,9 +26,19 @@ class ContextChoice:
     why: str  # one line for /v1/engine and the server log
 
 
-def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """Keys and values of one token of one slot, over every layer."""
-    return num_layers * 2 * num_kv_heads * head_dim * dtype_bytes
+def kv_bytes_per_token(
+    num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, kv_dtype: str | None = None
+) -> int:
+    """Keys and values of one token of one slot, over every layer, in the KV format `kv_dtype` (None: the
+    model's dtype, `dtype_bytes` a value; model/kv_format.py): a quantized format's scales included."""
+    per_head = {
+        None: 2 * head_dim * dtype_bytes,
+        "f32": 2 * head_dim * 4,
+        "bf16": 2 * head_dim * 2,
+        "q8": 2 * (head_dim + 4),  # int8 keys and values, a float32 scale each
+        "k8v4": (head_dim + 4) + (head_dim // 2 + 8),  # int8 keys and a scale; 4-bit values, a scale and a min
+    }[kv_dtype]
+    return num_layers * num_kv_heads * per_head
 
 
 def memory_bytes(device: str) -> int:

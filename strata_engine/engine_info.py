@@ -58,6 +58,7 @@ def _kv_info(engine: Any) -> dict[str, Any]:
     sc = engine.scheduler_config
     return {
         "dtype": engine.dtype,
+        "format": engine.config.kv_dtype or {"float32": "f32", "bfloat16": "bf16"}.get(engine.dtype, engine.dtype),
         "bytes_per_position": per_position,
         "positions_per_slot": sc.ctx,
         "reserved_bytes": per_position * sc.ctx * sc.batch,

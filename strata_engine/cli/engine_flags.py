@@ -26,6 +26,7 @@ ENGINE_FLAGS = (
     "time_scale",
     "device",
     "dtype",
+    "kv_dtype",
     "seed",
     "threads",
     "stage_workers",
@@ -126,6 +127,14 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--device", default=None, help="torch device for a single stage (default: cuda if present, else cpu)."
         ),
         click.option("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on cpu, bf16 on cuda)."),
+        click.option(
+            "--kv-dtype",
+            type=click.Choice(["f32", "bf16", "q8", "k8v4"]),
+            default=None,
+            help="KV cache format: f32, bf16, q8 (int8 keys and values, a scale a position and head) or k8v4 "
+            "(int8 keys, 4-bit values). Default: the model's dtype (f32 on cpu). Not with --compile "
+            "(--layout plain; docs/MODEL.md, 'KV cache').",
+        ),
         click.option(
             "--seed",
             type=int,

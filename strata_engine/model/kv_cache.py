@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 
+from .kv_format import kv_format
+
 if TYPE_CHECKING:
     from .config import ModelConfig
 
@@ -84,12 +86,13 @@ def release(pages: mmap.mmap | None, view: torch.Tensor) -> bool:
 
 @dataclass(frozen=True)
 class SavedPrefix:
-    """`KVCache.save`'s host copy: positions [first, tokens) of every layer held, {layer: (k, v)} each
-    [num_kv_heads, tokens - first, head_dim]; positions below `first` were let go of (`trim`)."""
+    """`KVCache.save`'s host copy: positions [first, tokens) of every layer held, {layer: its format's parts
+    (k, v and any scales, `LayerKV.parts` in order)} each [num_kv_heads, tokens - first, ...], as stored (a
+    quantized cache's copy costs its quantized bytes); positions below `first` were let go of (`trim`)."""
 
     first: int
     tokens: int
-    layers: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    layers: dict[int, tuple[torch.Tensor, ...]]
 
     @property
     def nbytes(self) -> int:
@@ -97,7 +100,8 @@ class SavedPrefix:
 
 
 class LayerKV:
-    """One layer's cache. k, v: [num_slots, num_kv_heads, ctx, head_dim]."""
+    """One layer's cache in a format (model/kv_format.py). k, v: [num_slots, num_kv_heads, ctx, head_dim] (the
+    4-bit values: head_dim / 2 bytes), and a quantized format's scales [num_slots, num_kv_heads, ctx]: `parts`."""
 
     def __init__(
         self,
@@ -108,10 +112,17 @@ class LayerKV:
         dtype: torch.dtype,
         device: torch.device | str,
         window: int | None = None,
+        kv_dtype: str | None = None,
     ):
-        shape = (num_slots, num_kv_heads, ctx, head_dim)
-        self.k, self._k_pages = lazy_zeros(shape, dtype, device)
-        self.v, self._v_pages = lazy_zeros(shape, dtype, device)
+        self.format = kv_format(kv_dtype)
+        self.parts: dict[str, torch.Tensor] = {}
+        self._pages: dict[str, mmap.mmap | None] = {}
+        for name, (shape, part_dtype) in self.format.parts((num_slots, num_kv_heads, ctx, head_dim), dtype).items():
+            self.parts[name], self._pages[name] = lazy_zeros(shape, part_dtype, device)
+        self.k, self.v = self.parts["k"], self.parts["v"]
+        self._dtypes = {name: t.dtype for name, t in self.parts.items()}
+        # Reads are views of the cache in the model's dtype: today's path (the native ops, the compiled step).
+        self.views = self.format.name in ("model", "f32", "bf16") and self.k.dtype == dtype
         self.window = window
         self.held_from = [0] * num_slots  # per slot, the lowest position whose pages may be committed
 
@@ -145,14 +156,36 @@ class LayerKV:
         whose lowest is `first` (model/rows.Row.first)."""
         at = slice(first, first + k.shape[0]) if positions is None else positions
         self.held_from[slot] = min(self.held_from[slot], first)
-        self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)  # [Hkv, T, hd] either way (the slot is selected first)
-        self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
+        if self.views:  # [Hkv, T, hd] either way (the slot is selected first)
+            self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)
+            self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
+            return
+        for name, values in self.format.encode(k.transpose(0, 1), v.transpose(0, 1), self._dtypes).items():
+            self.parts[name][slot, :, at] = values
+
+    def read(self, slot: int, low: int, high: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slot's keys and values at positions [low, high), [1, Hkv, high - low, hd]: views in the model's
+        dtype where the format stores that (`views`), else dequantized float32 copies."""
+        if self.views:
+            return self.k[slot : slot + 1, :, low:high], self.v[slot : slot + 1, :, low:high]
+        return self.format.decode({name: t[slot : slot + 1, :, low:high] for name, t in self.parts.items()})
+
+    def first_read(self, first: int) -> int:
+        """The lowest position a row writing from `first` on reads through `read`: 0 where reads are views
+        (today's path), else one before the window's first key (model/attention.py's paths then stay the same)."""
+        if self.views or self.window is None:
+            return 0
+        return max(0, first - self.window)
 
     def let_go(self, slot: int, low: int, high: int) -> None:
         """Hand back the pages of positions [low, high) of the slot, every head (kept where they cannot go)."""
-        for tensor, pages in ((self.k, self._k_pages), (self.v, self._v_pages)):
+        for name, tensor in self.parts.items():
+            # Positions below what the slot holds are never read again: reach back over a page of them, so a
+            # scale's pages (1,024 positions each) go back too when the floor moves by less than a page.
+            reach = max(0, low - mmap.PAGESIZE // (tensor[0, 0, 0].numel() * tensor.element_size()))
+            start = reach if low <= self.held_from[slot] else low
             for head in range(tensor.shape[1]):
-                release(pages, tensor[slot, head, low:high])
+                release(self._pages[name], tensor[slot, head, start:high])
 
     def trim(self, slot: int, floor: int) -> None:
         """Let go of the slot's positions below `floor` (a row's `trim_floor`) that it still holds."""
@@ -163,14 +196,14 @@ class LayerKV:
     def reset(self, slot: int) -> None:
         """Zero the slot, handing its pages back where it can. Correctness does not need it (attention reads
         only positions already written)."""
-        for tensor, pages in ((self.k, self._k_pages), (self.v, self._v_pages)):
-            if not release(pages, tensor[slot]):
+        for name, tensor in self.parts.items():
+            if not release(self._pages[name], tensor[slot]):
                 tensor[slot].zero_()
         self.held_from[slot] = self.ctx
 
     @property
     def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
+        return sum(t.numel() * t.element_size() for t in self.parts.values())
 
 
 class KVCache:
@@ -184,6 +217,7 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         layers: Sequence[int] | None = None,
+        kv_dtype: str | None = None,
     ):
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
@@ -195,7 +229,9 @@ class KVCache:
                 raise ValueError(f"layer {i} outside [0, {config.num_layers})")
         self.num_slots, self.ctx = num_slots, ctx
         self.layers: dict[int, LayerKV] = {
-            i: LayerKV(num_slots, config.num_kv_heads, ctx, config.head_dim, dtype, device, config.sliding_window)
+            i: LayerKV(
+                num_slots, config.num_kv_heads, ctx, config.head_dim, dtype, device, config.sliding_window, kv_dtype
+            )
             for i in layer_ids
         }
 
@@ -225,10 +261,7 @@ class KVCache:
             first,
             tokens,
             {
-                i: (
-                    layer.k[slot, :, first:tokens].to("cpu", copy=True),
-                    layer.v[slot, :, first:tokens].to("cpu", copy=True),
-                )
+                i: tuple(t[slot, :, first:tokens].to("cpu", copy=True) for t in layer.parts.values())
                 for i, layer in self.layers.items()
             },
         )
@@ -241,12 +274,16 @@ class KVCache:
         if not 0 < tokens <= saved.tokens:
             raise ValueError(f"cannot restore {tokens} positions from a copy of {saved.tokens}")
         first = min(saved.first, tokens)
-        for i, (k, v) in saved.layers.items():
+        for i, copies in saved.layers.items():
             layer = self.layers[i]
+            if len(copies) != len(layer.parts):
+                raise ValueError(
+                    f"saved layer {i} holds {len(copies)} tensors; kv {layer.format.name} has {len(layer.parts)}"
+                )
             if layer.held_from[slot] < first:
                 layer.let_go(slot, layer.held_from[slot], first)
-            layer.k[slot, :, first:tokens].copy_(k[:, : tokens - first])
-            layer.v[slot, :, first:tokens].copy_(v[:, : tokens - first])
+            for tensor, copy in zip(layer.parts.values(), copies):
+                tensor[slot, :, first:tokens].copy_(copy[:, : tokens - first])
             layer.held_from[slot] = first
 
     def free(self) -> None:

@@ -106,18 +106,18 @@ class Attention(nn.Module):
         for row in rows.rows:
             span = slice(row.start, row.end)
             kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
-            keys, values = (
-                kv.k[row.slot : row.slot + 1, :, : row.last + 1],
-                kv.v[row.slot : row.slot + 1, :, : row.last + 1],
-            )  # [1, Hkv, L, hd]
+            # [1, Hkv, L, hd] from position `low` (0: views, today's path; a quantized format dequantizes
+            # only what the window lets the row see, and the positions are shifted to match)
+            low = kv.first_read(row.first)
+            keys, values = kv.read(row.slot, low, row.last + 1)
             o = attend_row(
                 q[span].transpose(0, 1)[None],
                 keys.to(q.dtype),
                 values.to(q.dtype),
-                positions[span],
+                positions[span] - low if low else positions[span],
                 row.consecutive,
                 self.window,
-                chunk=self.chunk_attention,
+                chunk=self.chunk_attention if kv.views else None,  # the native op reads the float32 cache
             )
             out.append(o[0].transpose(0, 1))  # [T, H, hd]
         if rows.padded > rows.real:

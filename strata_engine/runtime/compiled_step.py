@@ -177,6 +177,8 @@ class CompiledDecode:
         device: str = "cpu",
         gemms: str | None = None,
     ):
+        if not all(cache.layers[i].views for i in layers):
+            raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms_choice() if gemms is None else gemms
         self.is_first, self.is_last, self.device = is_first, is_last, device

@@ -229,10 +229,12 @@ class Pipeline:
         compile: bool = False,
         decode_all_threads: bool = False,
         gemms: str = "aten",
+        kv_dtype: str | None = None,
     ):
         """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1;
         1 = padding off, no invariance claim). compile: decode-only micro-batches through each stage's compiled
-        step, compiled here (the warm-up), its GEMMs `gemms` (runtime/compiled_step.py). decode_all_threads: decode parts at the stages' full thread count."""
+        step, compiled here (the warm-up), its GEMMs `gemms` (runtime/compiled_step.py). decode_all_threads: decode parts at the stages' full thread count.
+        kv_dtype: the KV cache's format (model/kv_format.py; None: the model's dtype)."""
         self.stages = list(stages)
         self.row_tile = (
             default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
@@ -257,7 +259,10 @@ class Pipeline:
         config = model.config
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
-        self.caches = [KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers) for plan in stages]
+        self.caches = [
+            KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers, kv_dtype=kv_dtype)
+            for plan in stages
+        ]
         compiled = [
             compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads, gemms)
             if compile

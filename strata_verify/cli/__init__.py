@@ -1,4 +1,4 @@
-"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, needle, builds, cache).
+"""`strata-verify`: the CI gate's command line (interleave, determinism, answers, needle, builds, cache, kv-quality).
 
 The group is here, each subcommand in the module of its name: a small function that parses its options, then
 hands the Report and the check to `common.run_check`, which runs it and, through `common.finish`, prints text
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from strata_verify.cli import answers, builds, cache, determinism, interleave, needle
+from strata_verify.cli import answers, builds, cache, determinism, interleave, kv_quality, needle
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,5 +25,6 @@ for _command in (
     answers.answers,
     builds.builds,
     cache.cache,
+    kv_quality.kv_quality,
 ):
     main.add_command(_command)

@@ -169,6 +169,13 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench preset /tmp/default-vs-vllm.json --out runs/default-vs-vllm-avx2": Skip(
         VLLM_CACHE.split(";")[0] + "; " + MINUTES
     ),
+    # docs/measurements/kv-formats.md
+    ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1": Run(
+        ((r"--threads 1$", "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1"),)
+    ),
+    ".venv/bin/strata-verify kv-quality --kv-dtype q8": Run(),
+    ".venv/bin/strata-verify kv-quality --kv-dtype k8v4": Run(),
+    ".venv/bin/strata-verify kv-quality --kv-dtype bf16": Run(),
     # docs/measurements/kv-memory.md
     ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4": Run(
         ((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)

@@ -131,6 +131,7 @@ CHECKS: dict[str, object] = {
     # docs/VERIFY.md
     "strata-verify interleave --scale 0.05": Run(),
     "strata-verify answers": Run(),
+    "strata-verify kv-quality --kv-dtype q8": Run(),
     ".venv/bin/strata-verify answers --junit runs/verify/answers.xml": Skip(CI_GATE),
     ".venv/bin/strata-verify answers --engine 'strata-engine serve --layout fastest' --junit runs/verify/answers-default.xml": Skip(
         CI_GATE

@@ -256,6 +256,7 @@ def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_reques
         assert info["mkl_cbwr"] == "AUTO,STRICT", info["mkl_cbwr"]  # the suite's conftest pins it as a model load does
         assert kv == {
             "dtype": "float32",
+            "format": "f32",
             "bytes_per_position": 4 * 2 * 4 * 32 * 4,
             "positions_per_slot": 131072,
             "reserved_bytes": 4096 * 131072 * 2,

@@ -168,10 +168,10 @@ def install(model) -> None:
         routed_experts.native_routed_experts()
 
 
-def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, dict]:
+def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str | None = None) -> dict[str, dict]:
     """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
     contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
-    aten_ms}."""
+    aten_ms}. The attention ops read float32 caches: with another KV format (`kv_dtype`) ATen's paths serve."""
     install(model)
     chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
@@ -184,7 +184,9 @@ def choose(model, batch: int, threads: int | None, decode: bool) -> dict[str, di
             continue
         build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
-        if mode == "aten":
+        if kv_dtype not in (None, "f32") and label in ("chunk attention", "decode attention"):
+            verdict = {"path": "aten", "why": f"kv {kv_dtype}: the op reads float32 caches"}
+        elif mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
         elif accessor() is None:
             verdict = {"path": "aten", "why": "the op did not build here (stderr says why)"}

@@ -68,6 +68,7 @@ class DistPipeline:
         row_tile: int | None = None,
         compile: bool = False,
         gemms: str = "aten",
+        kv_dtype: str | None = None,
     ):
         self.stages = list(stages)
         self.ranks = ranks
@@ -103,6 +104,7 @@ class DistPipeline:
                 row_tile,
                 compile,
                 gemms,
+                kv_dtype,
             )
             for p in self.stages
         ]

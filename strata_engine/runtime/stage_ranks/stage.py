@@ -56,6 +56,7 @@ class StageSpec:
     row_tile: int = 1  # pad every GEMM's rows to a multiple of it (runtime/invariance.py)
     compile: bool = False  # decode-only micro-batches through the compiled step (runtime/compiled_step.py)
     gemms: str = "aten"  # the compiled step's GEMMs: aten or template
+    kv_dtype: str | None = None  # the KV cache's format (model/kv_format.py); None: the model's dtype
 
     @property
     def plan(self) -> StagePlan:
@@ -92,7 +93,7 @@ def build_stage(spec: StageSpec):
     dtype = getattr(torch, spec.dtype)
     device = spec.device
     model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
-    choose_kernels(model, spec.num_slots, spec.threads, decode=spec.compile)
+    choose_kernels(model, spec.num_slots, spec.threads, decode=spec.compile, kv_dtype=spec.kv_dtype)
     for i in range(config.num_layers):
         if spec.layer_start <= i < spec.layer_end:
             model.layers[i].to(device=device, dtype=dtype)
@@ -109,7 +110,7 @@ def build_stage(spec: StageSpec):
         model.norm = model.lm_head = None
     model.eval()
     apply_row_tile(model, spec.row_tile)
-    cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers)
+    cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers, kv_dtype=spec.kv_dtype)
     compiled = None
     if spec.compile:
         compiled = compiled_stage(
