@@ -68,6 +68,8 @@ def _unfit(config: EngineConfig, machine: Machine) -> str | None:
         return f"the {config.executor} executor"
     if config.device not in (None, "cpu") or (config.device is None and machine.cuda):
         return "a GPU (the fastest layout is measured on CPU only)"
+    if config.kv_dtype not in (None, "f32"):
+        return f"--kv-dtype {config.kv_dtype} (the compiled step reads float32 caches)"
     if machine.cores < 2:
         return "one CPU core (two stages would share it)"
     if machine.layers < 2:

@@ -116,3 +116,11 @@ def test_the_real_tune_keeps_a_profile_that_serve_follows(tmp_path):
     shown = subprocess.run([EXE, "serve", "--batch", "2", "--print-config"], env=env, capture_output=True, text=True)
     assert "auto follows this machine's profile" in shown.stderr, shown.stderr
     assert f"EngineConfig.layout = '{entry['layout']}'" in shown.stdout or entry["layout"] == "plain", shown.stdout
+
+
+def test_a_quantized_kv_cache_runs_plain_under_auto_and_fastest_says_why_not():
+    config = EngineConfig(batch=6, kv_dtype="q8")
+    chosen, why = resolve(config, "auto", given={"batch", "kv_dtype"}, env={}, machine=machine(profile("fastest")))
+    assert chosen == config and why == "plain: auto found --kv-dtype q8 (the compiled step reads float32 caches)"
+    with pytest.raises(ValueError, match="--layout fastest cannot run with --kv-dtype q8"):
+        resolve(config, "fastest", given={"kv_dtype"}, env={}, machine=machine(None))
