@@ -136,7 +136,9 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-verify answers --engine 'strata-engine serve --layout fastest' --junit runs/verify/answers-default.xml": Skip(
         CI_GATE
     ),
-    ".venv/bin/strata-verify needle --engine 'strata-engine serve --layout fastest' --junit runs/verify/needle.xml": Skip(CI_GATE),
+    ".venv/bin/strata-verify needle --engine 'strata-engine serve --layout fastest' --junit runs/verify/needle.xml": Skip(
+        CI_GATE
+    ),
     "strata-verify determinism --against strata_verify/golden/reference-cpu.json": Skip(
         "the README's determinism command runs the same check on the same default engine"
     ),
