@@ -230,6 +230,9 @@ CHECKS: dict[str, object] = {
     ),
     # docs/measurements/start-up.md
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
+    "STRATA_COMPILED_GEMMS=aten .venv/bin/python benchmarks/bench_start.py --warm 2 -- --batch 4": Run(
+        ((r"--warm 2 -- --batch 4$", "--warm 0 -- --executor sim --batch 4"),)
+    ),
     # docs/measurements/vs-aiperf.md
     ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --layout plain --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf": Skip(
         MINUTES + "; without AIPerf it prints that it skipped (tests/bench/test_vs_aiperf_parts.py)"
