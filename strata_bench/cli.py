@@ -149,7 +149,10 @@ def preset(name: str | None, list_only: bool, time_scale: float | None, scenario
 @main.command()
 @bench_options
 def demo(**opts: Any) -> None:
-    """The README's main job: release vs pieces on the embedded model (CPU, two stages, two groups)."""
+    """The README's main job: release vs pieces on the embedded model (CPU, two stages, two groups).
+
+    Three ABBA rounds, about a minute on two cores; three pairs cannot make a sign test significant
+    (p >= 0.25), so give --repeat 5 or more for a claim in a PR."""
     config = _config((), None, "demo", None, False, opts)
     code = _execute(config, {**opts, "no_report": True})
     if code == 130:  # interrupted: the runs so far are saved, say nothing more
