@@ -24,6 +24,7 @@ ALLOW_FLAG = "--allow-ctx-beyond-model"
 class ContextChoice:
     ctx: int
     why: str  # one line for /v1/engine and the server log
+    held: int | None = None  # the most positions a slot commits at once (a window's bound); None: all of ctx
 
 
 def kv_bytes_per_token(
@@ -67,7 +68,7 @@ def choose_ctx(
                 f"--ctx {requested} exceeds the model's max_position_embeddings ({max_positions}); "
                 f"pass {ALLOW_FLAG} to run past the positions the model declares"
             )
-        return ContextChoice(requested, "--ctx")
+        return ContextChoice(requested, "--ctx", held)
     fits = int(memory * KV_MEMORY_SHARE) // max(1, batch * per_token)
     if held is not None and held < max_positions:
         if fits < held:
@@ -79,6 +80,7 @@ def choose_ctx(
             max_positions,
             f"{max_positions} (the model's max_position_embeddings; a slot commits at most {held} positions of "
             f"it, the sliding window's share)",
+            held,
         )
     fits -= fits % ROUND_TO
     if fits < ROUND_TO:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .config import EngineConfig
 from .heap import hand_back
-from .engine_info import describe
+from .engine_info import describe, kv_info
 from .events import EventLog
 from .finish import finish_reason
 from .tokens import SampledToken, TokenSampler
@@ -285,4 +285,6 @@ class Engine:
         return describe(self)
 
     def stats(self) -> dict[str, Any]:
-        return self.scheduler.stats() if hasattr(self.scheduler, "stats") else {}
+        """The scheduler's counts and the KV cache's shape (`/metrics` reads them at each scrape)."""
+        stats = self.scheduler.stats() if hasattr(self.scheduler, "stats") else {}
+        return {**stats, "kv": kv_info(self)}

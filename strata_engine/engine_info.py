@@ -46,22 +46,28 @@ def describe(engine: Any) -> dict[str, Any]:
         "prompt_cache": engine.scheduler.prompt_cache.info(),
         "kernels": engine.kernels,
         "mkl_cbwr": None if engine.config.executor == "sim" else mkl_mode.pin(),
-        "kv": _kv_info(engine),
+        "kv": kv_info(engine),
         "rss_bytes": _rss_bytes(),
     }
 
 
-def _kv_info(engine: Any) -> dict[str, Any]:
-    """The KV cache's format and size: reserved is every slot at ctx; on CPU memory is committed only as
-    positions are written (model/kv_cache.py), so the process's resident bytes are the measure."""
+def kv_info(engine: Any) -> dict[str, Any]:
+    """The KV cache's format and size (`/v1/engine` `kv`, and `/metrics`' strata_kv_* gauges): reserved is
+    every slot at ctx; on CPU memory is committed only as positions are written and a windowed model's
+    slot lets go of what its window left behind (model/kv_cache.py), so a slot holds at most
+    `positions_held_per_slot` and the process's resident bytes are the measure."""
     per_position = int(getattr(engine.executor, "kv_bytes_per_token", 0) or 0)
     sc = engine.scheduler_config
+    held = getattr(engine.ctx_choice, "held", None)
+    held = sc.ctx if held is None else min(held, sc.ctx)
     return {
         "dtype": engine.dtype,
         "format": engine.config.kv_dtype or {"float32": "f32", "bfloat16": "bf16"}.get(engine.dtype, engine.dtype),
         "bytes_per_position": per_position,
         "positions_per_slot": sc.ctx,
+        "positions_held_per_slot": held,
         "reserved_bytes": per_position * sc.ctx * sc.batch,
+        "held_bytes_max": per_position * held * sc.batch,
         "committed": "as written" if engine.device == "cpu" else "at start",
     }
 

@@ -3,7 +3,7 @@ two apps in one process, as in tests, never share or collide).
 
 Counters are fed by the HTTP layer (requests, tokens, finish reasons, disconnects, token gaps) and by
 the engine's event log (read pieces, give-ways, every event kind, the prompt cache's tokens asked and
-served and its evictions); slot use, queue length and the host store's bytes are read from
+served and its evictions); slot use, queue length, the host store's bytes and the KV cache's shape are read from
 `engine.stats()` at scrape time, so they are never stale.
 """
 
@@ -51,6 +51,20 @@ def prompt_cache_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     )
 
 
+def kv_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    """The KV cache from engine.stats()['kv'] (what /v1/engine reports as `kv`), labelled by its format."""
+    fmt = str(info.get("format", ""))
+    for key, name, doc in (
+        ("bytes_per_position", "strata_kv_bytes_per_position", "KV bytes of one position of one slot, every layer, scales included"),
+        ("positions_per_slot", "strata_kv_positions_per_slot", "positions a slot may reach (--ctx)"),
+        ("positions_held_per_slot", "strata_kv_positions_held_per_slot", "the most positions a slot holds at once (a sliding window's bound, else --ctx)"),
+        ("held_bytes_max", "strata_kv_held_bytes_max", "the most KV bytes every slot together holds at once"),
+    ):  # fmt: skip
+        gauge = GaugeMetricFamily(name, doc, labels=["format"])
+        gauge.add_metric([fmt], info.get(key, 0) or 0)
+        yield gauge
+
+
 class EngineStatsCollector(Collector):
     """Gauges read from engine.stats() at each scrape."""
 
@@ -64,6 +78,8 @@ class EngineStatsCollector(Collector):
             return
         if isinstance(stats.get("prompt_cache"), dict):
             yield from prompt_cache_gauges(stats["prompt_cache"])
+        if isinstance(stats.get("kv"), dict):
+            yield from kv_gauges(stats["kv"])
         for key, value in stats.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue

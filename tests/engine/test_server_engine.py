@@ -13,6 +13,7 @@ import pytest
 
 
 from strata_engine.params import SamplingParams
+from strata_engine.model.kv_cache import positions_held
 
 import strata_engine.engine as engine_mod
 import strata_engine.engine_info as engine_info
@@ -247,7 +248,8 @@ def test_prompt_cache_metrics_grow_by_the_cached_tokens_usage_reports(mib):
 
 def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_request():
     """At the model's full context a slot reserves 512 MiB of float32 KV; none of it is resident until written,
-    and /v1/engine says what a position costs and what the process holds."""
+    a slot holds at most the window's share of it, and /v1/engine and /metrics say what a position costs,
+    what a slot holds at most and what the process holds."""
     before = engine_info._rss_bytes()  # this process holds whatever the tests before it loaded
     engine = Engine.from_pretrained(batch=2, ctx=131072, log_events=False)
     with engine:
@@ -259,9 +261,15 @@ def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_reques
             "format": "f32",
             "bytes_per_position": 4 * 2 * 4 * 32 * 4,
             "positions_per_slot": 131072,
+            "positions_held_per_slot": positions_held(1024, 512),
             "reserved_bytes": 4096 * 131072 * 2,
+            "held_bytes_max": 4096 * positions_held(1024, 512) * 2,
             "committed": "as written",
         }
+        with serving(engine) as (url, _app):
+            assert _sample(url, 'strata_kv_bytes_per_position{format="f32"}') == 4096
+            assert _sample(url, 'strata_kv_positions_per_slot{format="f32"}') == 131072
+            assert _sample(url, 'strata_kv_held_bytes_max{format="f32"}') == kv["held_bytes_max"]
         if before is not None:  # Linux
             grown = info["rss_bytes"] - before
             assert grown < kv["reserved_bytes"] // 4, f"the engine added {grown} bytes resident"
