@@ -156,4 +156,6 @@ CHECKS: dict[str, object] = {
     "strata-verify cache": Run(timeout=900),
     "strata-verify needle": Run(timeout=900),
     ".venv/bin/strata-verify cache --junit runs/verify/cache.xml": Skip(CI_GATE),
+    ".venv/bin/strata-verify kv-quality --kv-dtype q8 --junit runs/verify/kv-quality-q8.xml": Skip(CI_GATE),
+    ".venv/bin/strata-verify kv-quality --kv-dtype k8v4 --junit runs/verify/kv-quality-k8v4.xml": Skip(CI_GATE),
 }
