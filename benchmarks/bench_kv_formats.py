@@ -6,9 +6,12 @@ when written to position --far (45,000) chunk by chunk with the stage's trim fir
 commit and trim do not depend on them); the median decode step at batch 1 and 6 with each slot's cache filled
 to --at (4,096) positions; and the median read of a --chunk (2,048) token chunk at position --read-at (8,192).
 Caches are filled with random keys and values (what attention costs does not depend on them); formats are
-timed in turn, ABBA over --rounds, at --threads threads.
+timed in turn, ABBA over --rounds, at --threads threads. `--positions A,B,...` adds the decode step at batch 1
+and 6 with every slot at each of those positions (a slot far into the context holds only its window's share),
+per format, as a ratio of speed to the first position's.
 
   .venv/bin/python benchmarks/bench_kv_formats.py --threads 1
+  .venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --positions 2048,131000 --far 4096
 """
 
 from __future__ import annotations
@@ -67,6 +70,34 @@ def timed(model, cache, rows, tile) -> float:
     return time.perf_counter() - start
 
 
+def decode_at_positions(model, tile, positions: list[int], steps: int, rounds: int) -> None:
+    """The decode step (batch 1 and 6) with every slot at each position, formats and positions in ABBA order."""
+    c = model.config
+    caches, times = {}, {}
+    for fmt in FORMATS:
+        for pos in positions:
+            caches[fmt, pos] = KVCache(c, num_slots=6, ctx=pos + steps + 1, kv_dtype=fmt)
+            for slot in range(6):
+                fill(caches[fmt, pos], slot, pos)
+            times[fmt, pos] = {"b1": [], "b6": []}
+    order = [(fmt, pos) for fmt in FORMATS for pos in positions]
+    for r in range(rounds):
+        for fmt, pos in order if r % 2 == 0 else order[::-1]:
+            for batch, key in ((1, "b1"), (6, "b6")):
+                for step in range(steps):
+                    rows = [(s, pos + step, [65]) for s in range(batch)]
+                    times[fmt, pos][key].append(timed(model, caches[fmt, pos], rows, tile))
+    print(f"format  position  decode b1 ms  decode b6 ms  (x position {positions[0]}'s speed: b1, b6)")
+    for fmt in FORMATS:
+        base = {key: statistics.median(times[fmt, positions[0]][key]) for key in ("b1", "b6")}
+        for pos in positions:
+            m = {key: statistics.median(times[fmt, pos][key]) for key in ("b1", "b6")}
+            print(
+                f"{fmt:6}  {pos:8}  {m['b1'] * 1e3:12.2f}  {m['b6'] * 1e3:12.2f}  "
+                f"({base['b1'] / m['b1']:.2f}x, {base['b6'] / m['b6']:.2f}x)"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -76,7 +107,14 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--positions", default="", help="also decode with every slot at each of these positions, e.g. 2048,131000"
+    )
     args = parser.parse_args()
+    try:
+        positions = [int(p) for p in args.positions.split(",") if p]
+    except ValueError:
+        parser.error(f"--positions takes comma-separated integers, got {args.positions!r}")
     torch.set_num_threads(args.threads)
     model = load_model("strata-tiny-moe")[0].eval()
     install(model)  # the native ops where they serve (an f32 cache's chunk attention, if this machine chose it)
@@ -112,6 +150,9 @@ def main() -> None:
             f"{fmt:6}  {m['b1'] * 1e3:12.2f}  {m['b6'] * 1e3:12.2f}  {m['read'] * 1e3:7.0f}  "
             f"({base['b1'] / m['b1']:.2f}x, {base['b6'] / m['b6']:.2f}x, {base['read'] / m['read']:.2f}x)"
         )
+    if positions:
+        with torch.inference_mode():
+            decode_at_positions(model, tile, positions, args.steps, args.rounds)
 
 
 if __name__ == "__main__":
