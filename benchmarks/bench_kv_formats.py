@@ -100,13 +100,13 @@ def decode_at_positions(model, tile, positions: list[int], steps: int, rounds: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--far", type=int, default=45_000)
-    parser.add_argument("--at", type=int, default=4096)
-    parser.add_argument("--read-at", type=int, default=8192)
-    parser.add_argument("--chunk", type=int, default=2048)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--far", type=int, default=45_000, help="position one slot is written to for the memory column")
+    parser.add_argument("--at", type=int, default=4096, help="positions each slot holds for the decode step")
+    parser.add_argument("--read-at", type=int, default=8192, help="where the timed chunk read starts")
+    parser.add_argument("--chunk", type=int, default=2048, help="tokens in the timed chunk read")
+    parser.add_argument("--steps", type=int, default=20, help="decode steps per timed sample")
+    parser.add_argument("--rounds", type=int, default=2, help="ABBA rounds over the formats")
     parser.add_argument(
         "--positions", default="", help="also decode with every slot at each of these positions, e.g. 2048,131000"
     )
