@@ -4,7 +4,7 @@ Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineC
 `requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
 docs/measurements/default-layout.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
 threads of this process, two batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled
-decode step with the whole decode and its GEMMs through inductor's C++ template (`EngineConfig.compiled_gemms`),
+decode step with the whole decode and its GEMMs through inductor's C++ template (`RuntimeConfig.gemms`),
 the mixed read and the merged decode); `auto` (the default) means
 `fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
@@ -15,7 +15,7 @@ sooner here), and the documented fastest layout otherwise. `why` is one line for
 `provenance(...)` says where each resolved field came from (`serve --print-config`).
 
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
-STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
+STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.runtime_config`).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[
         if laid_out.layout == "fastest"
         else "default"
     )
-    rows.append(("EngineConfig.compiled_gemms()", laid_out.compiled_gemms(), gemms))
+    rows.append(("RuntimeConfig.gemms", laid_out.runtime_config().gemms, gemms))
     variables = {field: name for name, field in ENV_VARS.items()}
     sched = laid_out.scheduler_config()
     for f in fields(SchedulerConfig):

@@ -53,11 +53,12 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
 
 
 def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_environment_says():
-    assert EngineConfig(batch=6, layout="fastest", compile=True, env={}).compiled_gemms() == "template"
-    assert EngineConfig(batch=6, compile=True, env={}).compiled_gemms() == "aten"  # plain
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env={}).runtime_config().gemms == "template"
+    assert EngineConfig(batch=6, compile=True, env={}).runtime_config().gemms == "aten"  # plain
     aten = {"STRATA_COMPILED_GEMMS": "aten"}
-    assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
-    assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).runtime_config().gemms == "aten"
+    template = {"STRATA_COMPILED_GEMMS": "template"}
+    assert EngineConfig(batch=6, compile=True, env=template).runtime_config().gemms == "template"
     with pytest.raises(
         ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"
     ):
@@ -170,11 +171,11 @@ def test_provenance_names_the_flag_the_layout_the_variable_or_the_default():
     assert rows["EngineConfig.batch"] == (6, "--batch")
     assert rows["EngineConfig.compile"] == (True, "layout")
     assert rows["EngineConfig.seed"] == (0, "default")
-    assert rows["EngineConfig.compiled_gemms()"] == ("template", "layout")
+    assert rows["RuntimeConfig.gemms"] == ("template", "layout")
     assert rows["SchedulerConfig.decode_merge"] == (1, "layout")
     assert rows["SchedulerConfig.pause_target_ms"] == (80.0, "STRATA_PIPED_PAUSE_TARGET_MS")
     assert rows["SchedulerConfig.ctx"][0] is None  # derived at engine start, not here
-    assert "EngineConfig.env" not in rows
+    assert "EngineConfig.env" not in rows and "SchedulerConfig.row_tile" not in rows
 
 
 def test_print_config_prints_each_field_and_its_source_and_exits_0():
