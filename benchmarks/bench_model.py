@@ -39,6 +39,7 @@ from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  #
 from strata_engine.runtime.native.choice import install  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
+from strata_engine.runtime_config import RuntimeConfig  # noqa: E402
 
 
 def seconds(fn) -> float:
@@ -107,14 +108,25 @@ COMPILED: dict[tuple[int, int], tuple[KVCache, CompiledDecode]] = {}  # (batch, 
 
 def compiled_step(model, config, batch: int, threads: int, ctx: int) -> tuple[KVCache, CompiledDecode]:
     """The compiled decode step for `batch` rows at `threads` threads over its own KV cache, compiled on first
-    use (inductor's CPU kernels keep the thread count they were compiled with)."""
+    use (inductor's CPU kernels keep the thread count they were compiled with), its GEMMs STRATA_COMPILED_GEMMS's
+    (unset: aten)."""
     if (batch, threads) not in COMPILED:
         tile = default_row_tile(config, "cpu", torch.float32, threads)
         apply_row_tile(model, tile)
         kv = KVCache(config, num_slots=batch, ctx=ctx)
         COMPILED[batch, threads] = (
             kv,
-            CompiledDecode(model, range(config.num_layers), kv, True, True, tile, batch, threads),
+            CompiledDecode(
+                model,
+                range(config.num_layers),
+                kv,
+                True,
+                True,
+                tile,
+                batch,
+                threads,
+                gemms=RuntimeConfig.from_env().gemms,
+            ),
         )
     return COMPILED[batch, threads]
 

@@ -7,10 +7,11 @@ them apart except through `info()`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .config import EngineConfig, SchedulerConfig
+from .runtime_config import RuntimeConfig
 from .context_length import SIM_DEFAULT_CTX, ContextChoice, choose_ctx, kv_bytes_per_token, memory_bytes
 
 
@@ -98,37 +99,24 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     torch.manual_seed(config.seed)
     model_config = read_config(resolve_model_path(config.model))
     stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
-    threads = config.threads
-    if threads is None and all(s.device.startswith("cpu") for s in stages):
+    runtime = config.runtime_config()
+    if runtime.threads is None and all(s.device.startswith("cpu") for s in stages):
         # One core stays with the front end (HTTP, scheduler, sampler, detokenizer share this process's GIL):
         # on 2 cores, 2 OpenMP threads beside it spin against it (docs/measurements/decode-step.md).
-        threads = max(1, ((os.cpu_count() or 1) - 1) // len(stages))
+        runtime = replace(runtime, threads=max(1, ((os.cpu_count() or 1) - 1) // len(stages)))
     workers = config.stage_workers_for([s.device for s in stages])
-    gemms = config.compiled_gemms() if config.compile else "aten"
     kernels = {"all": {"path": "per stage rank", "why": "each rank chooses at its start (its stderr says which)"}}
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
-        pipeline = _dist_pipeline(config, sched, stages, dtype, threads, model_config, gemms)
+        pipeline = _dist_pipeline(config, sched, runtime, stages, dtype, model_config)
     else:
         model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
         model.eval()
-        kernels = choose_kernels(model, sched.batch, threads, decode=config.compile, kv_dtype=config.kv_dtype)
+        kernels = choose_kernels(model, sched.batch, runtime.threads, decode=runtime.compile, kv_dtype=config.kv_dtype)
         split_layers(model, stages, dtype)
-        pipeline = Pipeline(
-            model,
-            stages,
-            sched.batch,
-            sched.ctx,
-            dtype,
-            threads=threads,
-            row_tile=sched.row_tile,
-            compile=config.compile,
-            decode_all_threads=sched.decode_all_threads,
-            gemms=gemms,
-            kv_dtype=config.kv_dtype,
-        )
+        pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, runtime, kv_dtype=config.kv_dtype)
     # The mixed read's decode rows ride eager forwards (not bitwise the compiled step's), and the C++ GEMM
     # templates round a row by its place in the micro-batch: either way no invariance claim.
-    if config.compile and (sched.read_mix or gemms == "template"):
+    if runtime.compile and (sched.read_mix or runtime.gemms == "template"):
         pipeline.batch_invariant = pipeline.layout_invariant = False
     tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
     per_token = kv_bytes_per_token(
@@ -151,20 +139,17 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     )
 
 
-def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, threads, model_config, gemms: str):
+def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, runtime: RuntimeConfig, stages, dtype, model_config):
     from .runtime.invariance import default_row_tile
     from .runtime.stage_ranks.pipeline import DistPipeline
     from .runtime.stage_ranks.ranks import JoinedRanks, LocalRanks
 
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
-    # row tile in their StageSpec: STRATA_ROW_TILE where it is set, else the probed one. (STRATA_DECODE_ALL_THREADS
-    # asks for what ranks always do: they decode at their own thread count.)
-    tile = (
-        sched.row_tile
-        if sched.row_tile is not None
-        else default_row_tile(model_config, stages[0].device, dtype, threads)
-    )
+    # runtime in their StageSpec, its row tile STRATA_ROW_TILE where it is set, else the probed one.
+    # (STRATA_DECODE_ALL_THREADS asks for what ranks always do: they decode at their own thread count.)
+    if runtime.row_tile is None:
+        runtime = replace(runtime, row_tile=default_row_tile(model_config, stages[0].device, dtype, runtime.threads))
     return DistPipeline(
         ranks,
         stages,
@@ -174,12 +159,9 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, stages, dtype, 
         dtype,
         model_config.hidden_size,
         model_config.vocab_size,
-        threads=threads,
+        runtime,
         timeout_s=config.stage_timeout_s,
         max_tokens=sched.prefill_chunk + sched.batch,
-        row_tile=tile,
-        compile=config.compile,
-        gemms=gemms,
         kv_dtype=config.kv_dtype,
     )
 

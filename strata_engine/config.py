@@ -1,5 +1,7 @@
 """Engine and scheduler configuration: frozen dataclasses, validated in __post_init__.
 
+Three groups: `SchedulerConfig` (the pure-Python scheduler's), `RuntimeConfig` (the torch runtime's,
+runtime_config.py) and `EngineConfig` (every `serve` flag), which resolves the other two.
 The STRATA_* variables are listed and parsed in knobs.py; the scheduler's are applied here (`SchedulerConfig.with_env`).
 Unset or empty keeps the default, a bad value raises naming the variable; zero piece size means the one-run read ("release").
 """
@@ -12,6 +14,7 @@ from typing import Mapping, Sequence
 
 from . import knobs
 from .kernel_switches import KERNEL_ENVS, kernel_mode
+from .runtime_config import RuntimeConfig
 
 # Variable name -> the SchedulerConfig field it sets (knobs.KNOBS has the rest: parser, default, help)
 ENV_VARS: dict[str, str] = {
@@ -24,21 +27,13 @@ STAGE_WORKERS = ("auto", "thread", "dist")
 DEFAULT_PROMPT_CACHE_MIB = 1024
 PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
-COMPILED_GEMMS_ENV = "STRATA_COMPILED_GEMMS"  # the compiled step's GEMMs (runtime/compiled_step.py)
-
-
-def gemms_choice(env: Mapping[str, str] | None = None, default: str = "aten") -> str:
-    """`STRATA_COMPILED_GEMMS`: aten or template where set (anything else is an error naming it), else `default`."""
-    return knobs.read(COMPILED_GEMMS_ENV, env, default)
-
-
 STAGE_RANKS = ("launch", "join")
 KV_DTYPES = ("f32", "bf16", "q8", "k8v4")  # model/kv_format.NAMES (no torch here)
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Knobs of the pure-Python scheduler (no torch), and the measuring knobs the torch backend takes from it."""
+    """Knobs of the pure-Python scheduler (no torch; the torch runtime's are RuntimeConfig's)."""
 
     batch: int = 4
     batch_groups: int = 1  # resolved (auto already replaced by the stage count)
@@ -54,9 +49,6 @@ class SchedulerConfig:
     decode_merge: int = 0
     prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
     prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
-    # Measuring knobs: each turns a default off to measure what it buys (docs/BATCHING.md); build_torch hands them on
-    row_tile: int | None = None  # STRATA_ROW_TILE for every stage runtime; None = the probed tile
-    decode_all_threads: bool = False  # STRATA_DECODE_ALL_THREADS: no decode at 1 thread in thread stages
 
     def __post_init__(self) -> None:
         if self.prompt_cache_mib < 0 or self.prompt_cache_min_tokens < 1:
@@ -156,8 +148,6 @@ class EngineConfig:
                 f"--kv-dtype {self.kv_dtype}: the compiled step (--compile, the fastest layout) reads float32 "
                 "caches; drop --compile and use --layout plain"
             )
-        if self.compile:
-            self.compiled_gemms()  # a bad STRATA_COMPILED_GEMMS is named before anything loads
         for name in KERNEL_ENVS if self.executor == "torch" else ():
             kernel_mode(name, self.env)  # so is a bad kernel switch
         if self.stage_ranks == "join" and self.stage_workers != "dist":
@@ -181,6 +171,7 @@ class EngineConfig:
             except ValueError:
                 raise ValueError(f"batch_groups must be an integer or 'auto', got {self.batch_groups!r}") from None
         self.scheduler_config()  # a bad STRATA_* scheduler variable too
+        self.runtime_config()  # and a bad runtime one (STRATA_ROW_TILE, ..., STRATA_COMPILED_GEMMS), or --threads
 
     @property
     def num_stages(self) -> int:
@@ -210,9 +201,10 @@ class EngineConfig:
         groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)
         return max(1, min(groups, self.batch))
 
-    def compiled_gemms(self) -> str:
-        """`STRATA_COMPILED_GEMMS` where set, else the layout's (fastest: inductor's C++ template), else MKL's."""
-        return gemms_choice(self.env, "template" if self.layout == "fastest" else "aten")
+    def runtime_config(self) -> RuntimeConfig:
+        """The torch runtime's knobs: --threads and --compile as given, STRATA_ROW_TILE, STRATA_DECODE_ALL_THREADS and
+        STRATA_COMPILED_GEMMS where set, else the layout's GEMMs (fastest: inductor's C++ template; else MKL's)."""
+        return RuntimeConfig.from_env(self.env, threads=self.threads, compile=self.compile, layout=self.layout)
 
     def scheduler_config(self) -> SchedulerConfig:
         base = SchedulerConfig(

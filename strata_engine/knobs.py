@@ -18,7 +18,7 @@ _MISSING: Any = object()
 
 @dataclass(frozen=True)
 class Knob:
-    sets: str  # what it sets: "SchedulerConfig.<field>", "EngineConfig.<field>" or the reader's own words
+    sets: str  # what it sets: "SchedulerConfig.<field>", "RuntimeConfig.<field>" or the reader's own words
     parse: Callable[[str], Any]  # the stripped, non-empty value -> the knob's value; raises ValueError(why)
     accepts: str  # what it accepts, for the error
     default: Any
@@ -135,14 +135,14 @@ KNOBS: dict[str, Knob] = {
         "through the stages instead of one per group); reads keep the groups",
     ),
     "STRATA_ROW_TILE": Knob(
-        "SchedulerConfig.row_tile",
+        "RuntimeConfig.row_tile",
         number(1, whole=True),
         "a whole number >= 1 (1 = padding off)",
         None,
         "pad every GEMM's rows to this tile in every stage instead of the probed one; 1 = padding off",
     ),
     "STRATA_DECODE_ALL_THREADS": Knob(
-        "SchedulerConfig.decode_all_threads",
+        "RuntimeConfig.decode_all_threads",
         lambda raw: bool(SWITCH(raw)),
         ON_OFF,
         False,
@@ -156,7 +156,7 @@ KNOBS: dict[str, Knob] = {
         "what --stage-workers auto picks (unset: by the stages, groups and cores)",
     ),
     "STRATA_COMPILED_GEMMS": Knob(
-        "the compiled step's GEMMs (EngineConfig.compiled_gemms)",
+        "RuntimeConfig.gemms",
         choice({"aten": "aten", "template": "template"}),
         "aten or template",
         None,

@@ -4,7 +4,7 @@ Contract: `resolve(config, requested, given, env=None, machine=None) -> (EngineC
 `requested` is `--layout`: `plain` keeps the flags as they are; `fastest` lays the engine out as
 docs/measurements/default-layout.md's fastest measured layout on a multi-core CPU (two stages with an even layer split, on
 threads of this process, two batch groups, 256-token chunks unless `--prefill-chunk` is given, the compiled
-decode step with the whole decode and its GEMMs through inductor's C++ template (`EngineConfig.compiled_gemms`),
+decode step with the whole decode and its GEMMs through inductor's C++ template (`RuntimeConfig.gemms`),
 the mixed read and the merged decode); `auto` (the default) means
 `fastest` where it can run and the user shaped no layout of their own, else `plain`. `given` names the
 EngineConfig fields the user set on the command line; naming one of `SHAPING` is choosing a layout, so
@@ -15,7 +15,7 @@ sooner here), and the documented fastest layout otherwise. `why` is one line for
 `provenance(...)` says where each resolved field came from (`serve --print-config`).
 
 The fastest layout's scheduler knobs (`read_mix`, `decode_merge`) and GEMMs are the layout's defaults: the
-STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.compiled_gemms`).
+STRATA_* variables still override them (`EngineConfig.scheduler_config`, `EngineConfig.runtime_config`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, Callable, Collection, Mapping
 
 from . import knobs
 from .config import ENV_VARS, EngineConfig, SchedulerConfig
+from .runtime_config import RuntimeConfig
 
 LAYOUTS = ("auto", "plain", "fastest")
 LAYOUT_ENV = "STRATA_LAYOUT"  # what --layout auto picks: plain or fastest
@@ -145,8 +146,9 @@ def resolve(
 
 
 def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[str]) -> list[tuple[str, Any, str]]:
-    """(field, value, source) for each EngineConfig and SchedulerConfig field of `laid_out` (`flagged` before
-    `resolve`, `given` the flags given, --layout as "layout"): a flag, `layout`, a STRATA_* variable or `default`."""
+    """(field, value, source) for each EngineConfig, RuntimeConfig and SchedulerConfig field of `laid_out` (`flagged`
+    before `resolve`, `given` the flags given, --layout as "layout"): a flag, `layout`, a STRATA_* variable,
+    `EngineConfig` (a field the group takes from it) or `default`."""
     rows, env = [], laid_out.env
     for f in [f for f in fields(EngineConfig) if f.name != "env"]:
         value = getattr(laid_out, f.name)
@@ -160,14 +162,7 @@ def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[
         else:
             source = "layout" if value != getattr(flagged, f.name) else "default"
         rows.append((f"EngineConfig.{f.name}", value, source))
-    gemms = (
-        "STRATA_COMPILED_GEMMS"
-        if knobs.is_set("STRATA_COMPILED_GEMMS", env)
-        else "layout"
-        if laid_out.layout == "fastest"
-        else "default"
-    )
-    rows.append(("EngineConfig.compiled_gemms()", laid_out.compiled_gemms(), gemms))
+    rows += _runtime_rows(laid_out)
     variables = {field: name for name, field in ENV_VARS.items()}
     sched = laid_out.scheduler_config()
     for f in fields(SchedulerConfig):
@@ -179,4 +174,26 @@ def provenance(flagged: EngineConfig, laid_out: EngineConfig, given: Collection[
         else:
             source = "default" if f.name == "prompt_cache_min_tokens" else "EngineConfig"
         rows.append((f"SchedulerConfig.{f.name}", value, source))
+    return rows
+
+
+def _runtime_rows(laid_out: EngineConfig) -> list[tuple[str, Any, str]]:
+    """The RuntimeConfig group: --threads and --compile from EngineConfig, the rest a STRATA_* variable where it
+    is set, else the layout's value where it differs from the plain default, else the default."""
+    runtime, plain, env = laid_out.runtime_config(), RuntimeConfig.from_env({}), laid_out.env
+    variables = {
+        k.sets.split(".", 1)[1]: name for name, k in knobs.KNOBS.items() if k.sets.startswith("RuntimeConfig.")
+    }
+    rows = []
+    for f in fields(RuntimeConfig):
+        value, name = getattr(runtime, f.name), variables.get(f.name)
+        if f.name == "threads" and value is None:
+            source = "derived from the cores and the stages at engine start"
+        elif name is None:
+            source = "EngineConfig"
+        elif knobs.is_set(name, env):
+            source = name
+        else:
+            source = "layout" if value != getattr(plain, f.name) else "default"
+        rows.append((f"RuntimeConfig.{f.name}", value, source))
     return rows

@@ -130,6 +130,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
             "params",
             "knobs",
             "config",
+            "runtime_config",
             "kernel_switches",
             "events",
             "context_length",
@@ -187,6 +188,25 @@ def test_the_layer_check_catches_an_arrow_up_and_one_across():
         "strata_engine.scheduler.plans (scheduler) -> strata_engine.model.rows (model)",
     ]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_scheduler_and_the_config_groups_import_no_torch():
+    """scheduler/ is pure Python, and so are the config groups (config.py, runtime_config.py: the torch
+    runtime's knobs are plain values): none of them imports torch, at module level or inside a function."""
+    pure = {n: p for n, p in modules().items() if n.startswith("strata_engine.scheduler")}
+    pure |= {n: ROOT / f"{n.rsplit('.', 1)[1]}.py" for n in ("strata_engine.config", "strata_engine.runtime_config")}
+    bad = []
+    for name, path in pure.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            bad += [f"{name} imports {n}" for n in names if n.split(".")[0] == "torch"]
+    assert len(pure) > 10 and not bad, "\n".join(bad)
 
 
 def test_the_model_imports_nothing_native():

@@ -1,7 +1,7 @@
 """The compiled decode step: one stage's layers under torch.compile, for micro-batches of decode rows only.
 
-Contract: `CompiledDecode(model, layers, cache, is_first, is_last, row_tile, num_slots, threads)` compiles,
-in its constructor (the warm-up, before the stage says it is ready), one graph per row bucket a decode
+Contract: `CompiledDecode(model, layers, cache, is_first, is_last, row_tile, num_slots, threads, device,
+gemms)` compiles, in its constructor (the warm-up, before the stage says it is ready), one graph per row bucket a decode
 micro-batch of 1..num_slots rows can fall in: the rows padded to the row tile (CPU float32), else to a
 power of two. `run(part)` runs a part whose rows are one decode token each through the compiled graph
 and sets `part.hidden` / `part.logits` exactly as `stage_forward` would; it returns False, doing nothing,
@@ -19,7 +19,7 @@ padded GEMMs), but they are not bitwise the eager step's: inductor fuses the nor
 strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
 with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
 
-Its GEMMs (`gemms`: `EngineConfig.compiled_gemms`, `STRATA_COMPILED_GEMMS`): `aten` calls MKL through
+Its GEMMs (`gemms`: `RuntimeConfig.gemms`, `STRATA_COMPILED_GEMMS`): `aten` calls MKL through
 ATen (the plain layouts' default); `template` (the fastest layout's) compiles them
 with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune` with the CPP backend alone,
 so no autotuning runs and every bucket takes the same kind of kernel; the experts' down projection becomes one GEMM
@@ -39,12 +39,12 @@ import types
 import torch
 import torch.nn.functional as F
 
-from ..config import gemms_choice
 from ..model.attention import attend_row
 from ..model.transformer import MoE
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
+from ..runtime_config import RuntimeConfig
 
 
 # Registered with torch.library's low-level API: a call cost ~10 µs of dispatch where a
@@ -175,12 +175,12 @@ class CompiledDecode:
         num_slots: int,
         threads: int | None = None,
         device: str = "cpu",
-        gemms: str | None = None,
+        gemms: str = "aten",
     ):
         if not all(cache.layers[i].views for i in layers):
             raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
-        self.gemms = gemms_choice() if gemms is None else gemms
+        self.gemms = gemms
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
@@ -296,15 +296,13 @@ def compiled_stage(
     cache: KVCache,
     is_first: bool,
     is_last: bool,
-    row_tile: int,
     num_slots: int,
-    threads: int | None,
-    gemms: str,
+    runtime: RuntimeConfig,
 ) -> CompiledDecode:
-    """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up."""
-    return CompiledDecode(
-        model, plan.layers, cache, is_first, is_last, row_tile, num_slots, threads, plan.device, gemms
-    )
+    """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up, at the runtime's row tile
+    (resolved by then), threads and GEMMs."""
+    tile, threads, gemms = runtime.row_tile, runtime.threads, runtime.gemms
+    return CompiledDecode(model, plan.layers, cache, is_first, is_last, tile, num_slots, threads, plan.device, gemms)
 
 
 def compile_info(built, gemms: str = "aten") -> dict | None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import torch
 
 from ..model.rows import Rows
+from ..runtime_config import RuntimeConfig
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
 from .compiled_step import compile_info, compiled_stage
 from ..model.kv_cache import KVCache, trim_rows
@@ -224,22 +225,20 @@ class Pipeline:
         num_slots: int,
         ctx: int,
         dtype: torch.dtype,
-        threads: int | None = None,
-        row_tile: int | None = None,
-        compile: bool = False,
-        decode_all_threads: bool = False,
-        gemms: str = "aten",
+        runtime: RuntimeConfig = RuntimeConfig(),
         kv_dtype: str | None = None,
     ):
-        """row_tile: pad every GEMM's rows to a multiple of it (None: the model's tile on CPU in float32, else 1;
-        1 = padding off, no invariance claim). compile: decode-only micro-batches through each stage's compiled
-        step, compiled here (the warm-up), its GEMMs `gemms` (runtime/compiled_step.py). decode_all_threads: decode parts at the stages' full thread count.
+        """runtime: the torch runtime's knobs (runtime_config.py): its row tile pads every GEMM's rows to a multiple
+        of it (None: the model's tile on CPU in float32, else 1; 1 = padding off, no invariance claim); with
+        `compile`, decode-only micro-batches go through each stage's compiled step, compiled here (the warm-up), its
+        GEMMs `gemms` (runtime/compiled_step.py); `decode_all_threads`: decode parts at the stages' full thread count.
         kv_dtype: the KV cache's format (model/kv_format.py; None: the model's dtype)."""
         self.stages = list(stages)
-        self.row_tile = (
-            default_row_tile(model.config, stages[0].device, dtype, threads) if row_tile is None else row_tile
-        )
-        self.threads = threads
+        threads = runtime.threads
+        if runtime.row_tile is None:
+            runtime = replace(runtime, row_tile=default_row_tile(model.config, stages[0].device, dtype, threads))
+        self.runtime = runtime  # as built: the row tile resolved
+        self.row_tile, self.threads = runtime.row_tile, threads
         apply_row_tile(model, self.row_tile)
         devices = {plan.device for plan in stages}
         # what /v1/engine claims: every stage pads, and the GEMM probe passes at the stages' thread count
@@ -248,7 +247,7 @@ class Pipeline:
         # step's kernels differ from the eager forward's in the last bits, so a compiled engine does not claim it
         self.layout_invariant = (
             self.batch_invariant
-            and not compile
+            and not runtime.compile
             and all(
                 stage_threads_agree(
                     model, plan.layers, self.row_tile, threads, plan.device, i == 0, i == len(stages) - 1, Part.ragged
@@ -264,8 +263,8 @@ class Pipeline:
             for plan in stages
         ]
         compiled = [
-            compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, self.row_tile, num_slots, threads, gemms)
-            if compile
+            compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, num_slots, runtime)
+            if runtime.compile
             else None
             for i, (plan, cache) in enumerate(zip(stages, self.caches))
         ]
@@ -274,17 +273,16 @@ class Pipeline:
         # costs more than the rows on a 2-core machine: docs/measurements/whole-decode.md). Its graphs are one
         # more warm-up.
         whole = None
-        if compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
+        if runtime.compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
             every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
-            whole = compiled_stage(
-                model, every, _AllLayers(self.caches), True, True, self.row_tile, num_slots, threads, gemms
-            )
+            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, num_slots, runtime)
         self._whole = whole
-        self.compile_info = compile_info(((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None), gemms)
+        built = ((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None)
+        self.compile_info = compile_info(built, runtime.gemms)
         # Decode rows at one thread: a decode step's GEMMs are 16 rows, too small to split, and OpenMP's second
         # thread cost more than it bought (docs/measurements/decode-step.md); prompt chunks keep
         # every thread. Only where the stage's bits are the same at 1 thread and at its count (the probe above).
-        decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not decode_all_threads else None
+        decode_threads = 1 if self.layout_invariant and (threads or 1) > 1 and not runtime.decode_all_threads else None
         self._workers = [
             Stage(
                 plan,

@@ -147,19 +147,3 @@ def test_decode_max_below_min_raises_naming_both():
 def test_piece_env_zero_means_one_run():
     cfg = SchedulerConfig(batch=4, batch_groups=2).with_env({"STRATA_PIPED_READ_PIECE": "0"})
     assert batch_read_piece(cfg.prefill_chunk, cfg.batch_groups, cfg.piped_read_piece) == 0
-
-
-def test_measuring_knobs_are_read_as_the_thread_pipeline_read_them():
-    unset = SchedulerConfig().with_env({})
-    assert (unset.row_tile, unset.decode_all_threads) == (None, False)
-    empty = SchedulerConfig().with_env({"STRATA_ROW_TILE": "", "STRATA_DECODE_ALL_THREADS": ""})
-    assert (empty.row_tile, empty.decode_all_threads) == (None, False)
-    cfg = SchedulerConfig().with_env({"STRATA_ROW_TILE": "1", "STRATA_DECODE_ALL_THREADS": "0"})  # 0 = off
-    assert (cfg.row_tile, cfg.decode_all_threads) == (1, False)
-    assert SchedulerConfig().with_env({"STRATA_DECODE_ALL_THREADS": "1"}).decode_all_threads is True
-    with pytest.raises(ValueError, match=r"STRATA_ROW_TILE='abc' is not a number \(a whole number >= 1"):
-        SchedulerConfig().with_env({"STRATA_ROW_TILE": "abc"})
-    with pytest.raises(ValueError, match="STRATA_ROW_TILE='0' is below 1"):
-        SchedulerConfig().with_env({"STRATA_ROW_TILE": "0"})
-    with pytest.raises(ValueError, match="STRATA_DECODE_ALL_THREADS='2' is not one of 0, 1"):
-        SchedulerConfig().with_env({"STRATA_DECODE_ALL_THREADS": "2"})

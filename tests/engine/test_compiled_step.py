@@ -20,6 +20,7 @@ from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages
 from strata_engine.runtime.stage_forward import stage_forward
+from strata_engine.runtime_config import RuntimeConfig
 
 pytestmark = pytest.mark.slow  # torch.compile: seconds per engine (README's fast command skips it; .ci/run runs it)
 
@@ -180,8 +181,7 @@ def test_the_whole_decode_gives_the_stage_by_stage_bits():
         4,
         64,
         torch.float32,
-        threads=1,
-        compile=True,
+        RuntimeConfig(threads=1, compile=True),
     )
     try:
         assert pipeline.batch_invariant

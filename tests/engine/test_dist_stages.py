@@ -15,9 +15,11 @@ from strata_engine.engine import Engine
 from strata_engine.model.weights import load_model
 from strata_engine.runtime.stage_ranks.pipeline import DistPipeline, StageRankError
 from strata_engine.runtime.stage_ranks.ranks import LocalRanks
+from strata_engine.runtime.stage_ranks.stage import StageSpec
 from strata_engine.runtime.stage_ranks.wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.native.choice import choose as choose_kernels
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
+from strata_engine.runtime_config import RuntimeConfig
 
 from tokens_equal import assert_tokens_equal
 
@@ -35,6 +37,14 @@ STAGES = plan_stages(4, 2, (), "cpu")
 
 def prompt_part(slot: int = 0, length: int = 5, start: int = 0) -> Part:
     return Part.ragged([(slot, start, list(range(1, length + 1)))], want_logits=True)
+
+
+def test_the_stage_spec_carries_the_runtime_config_to_the_ranks_as_json():
+    runtime = RuntimeConfig(threads=2, compile=True, gemms="template", row_tile=4, decode_all_threads=True)
+    spec = StageSpec(1, "cpu", 2, 4, 2, "strata-tiny-moe", 4, 64, "float32", runtime, 1 << 20, 60.0, "q8")
+    assert StageSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match=r"row_tile \(STRATA_ROW_TILE\) must be a whole number >= 1"):
+        StageSpec.from_json(spec.to_json().replace(b'"row_tile": 4', b'"row_tile": 0'))
 
 
 def test_frames_round_trip_every_field_and_dtype():
@@ -76,13 +86,13 @@ def pipelines():
         dtype=torch.float32,
         hidden_size=256,
         vocab_size=258,
-        threads=1,
+        runtime=RuntimeConfig(threads=1),
         timeout_s=60,
     )
     model, _ = load_model(MODEL, dtype=torch.float32)
     choose_kernels(model, 4, 1, decode=False)  # as each rank does: the same path serves each op
     split_layers(model, STAGES, torch.float32)
-    threads = Pipeline(model, STAGES, num_slots=4, ctx=64, dtype=torch.float32, threads=1)
+    threads = Pipeline(model, STAGES, num_slots=4, ctx=64, dtype=torch.float32, runtime=RuntimeConfig(threads=1))
     yield ranks, threads
     ranks.close()
     threads.close()
@@ -164,7 +174,7 @@ def test_a_stage_rank_that_cannot_load_the_model_says_why_and_leaves_no_process(
             dtype=torch.float32,
             hidden_size=256,
             vocab_size=258,
-            threads=1,
+            runtime=RuntimeConfig(threads=1),
         )
     assert len(ranks.started) == 2 and all(proc.poll() is not None for proc in ranks.started)
 

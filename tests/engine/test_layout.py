@@ -53,11 +53,12 @@ def test_a_given_chunk_and_the_environment_override_the_layouts_own():
 
 
 def test_the_fastest_layout_compiles_its_gemms_with_the_template_unless_the_environment_says():
-    assert EngineConfig(batch=6, layout="fastest", compile=True, env={}).compiled_gemms() == "template"
-    assert EngineConfig(batch=6, compile=True, env={}).compiled_gemms() == "aten"  # plain
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env={}).runtime_config().gemms == "template"
+    assert EngineConfig(batch=6, compile=True, env={}).runtime_config().gemms == "aten"  # plain
     aten = {"STRATA_COMPILED_GEMMS": "aten"}
-    assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).compiled_gemms() == "aten"
-    assert EngineConfig(batch=6, compile=True, env={"STRATA_COMPILED_GEMMS": "template"}).compiled_gemms() == "template"
+    assert EngineConfig(batch=6, layout="fastest", compile=True, env=aten).runtime_config().gemms == "aten"
+    template = {"STRATA_COMPILED_GEMMS": "template"}
+    assert EngineConfig(batch=6, compile=True, env=template).runtime_config().gemms == "template"
     with pytest.raises(
         ValueError, match=r"STRATA_COMPILED_GEMMS='mkl' is not one of aten, template \(aten or template\)"
     ):
@@ -164,17 +165,21 @@ def test_the_default_server_runs_the_fastest_layout_and_answers_the_golden_token
 
 
 def test_provenance_names_the_flag_the_layout_the_variable_or_the_default():
-    flagged = EngineConfig(batch=6, env={"STRATA_PIPED_PAUSE_TARGET_MS": "80"})
+    flagged = EngineConfig(batch=6, env={"STRATA_PIPED_PAUSE_TARGET_MS": "80", "STRATA_ROW_TILE": "4"})
     laid_out, _ = resolve(flagged, "fastest", {"batch"}, env={}, machine=TWO_CORES)
     rows = {field: (value, source) for field, value, source in provenance(flagged, laid_out, {"batch"})}
     assert rows["EngineConfig.batch"] == (6, "--batch")
     assert rows["EngineConfig.compile"] == (True, "layout")
     assert rows["EngineConfig.seed"] == (0, "default")
-    assert rows["EngineConfig.compiled_gemms()"] == ("template", "layout")
+    assert rows["RuntimeConfig.gemms"] == ("template", "layout")
+    assert rows["RuntimeConfig.compile"] == (True, "EngineConfig")
+    assert rows["RuntimeConfig.row_tile"] == (4, "STRATA_ROW_TILE")
+    assert rows["RuntimeConfig.decode_all_threads"] == (False, "default")
+    assert rows["RuntimeConfig.threads"][0] is None  # derived at engine start, not here
     assert rows["SchedulerConfig.decode_merge"] == (1, "layout")
     assert rows["SchedulerConfig.pause_target_ms"] == (80.0, "STRATA_PIPED_PAUSE_TARGET_MS")
     assert rows["SchedulerConfig.ctx"][0] is None  # derived at engine start, not here
-    assert "EngineConfig.env" not in rows
+    assert "EngineConfig.env" not in rows and "SchedulerConfig.row_tile" not in rows
 
 
 def test_print_config_prints_each_field_and_its_source_and_exits_0():
@@ -183,6 +188,7 @@ def test_print_config_prints_each_field_and_its_source_and_exits_0():
     from strata_engine import cli
 
     env = {"STRATA_LAYOUT": "plain", "STRATA_PIPED_READ_MIX": "1", "STRATA_STAGE_WORKERS": "thread"}
+    env["STRATA_DECODE_ALL_THREADS"] = "1"
     result = CliRunner().invoke(cli.main, ["serve", "--executor", "sim", "--batch", "6", "--print-config"], env=env)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -191,4 +197,6 @@ def test_print_config_prints_each_field_and_its_source_and_exits_0():
     assert "EngineConfig.stage_workers = 'auto'  (STRATA_STAGE_WORKERS=thread (what auto means))" in lines
     assert "SchedulerConfig.read_mix = 1  (STRATA_PIPED_READ_MIX)" in lines
     assert "SchedulerConfig.decode_share = 0.5  (default)" in lines
+    assert "RuntimeConfig.decode_all_threads = True  (STRATA_DECODE_ALL_THREADS)" in lines
+    assert "RuntimeConfig.gemms = 'aten'  (default)" in lines
     assert "STRATA_READY" not in result.stdout  # nothing was served

@@ -19,10 +19,11 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from ...runtime_config import RuntimeConfig
 from ..compiled_step import compile_info
 from ..invariance import default_row_tile, padded_rows
 from ..pipeline import MicroBatch, StagePlan
@@ -61,29 +62,29 @@ class DistPipeline:
         dtype: torch.dtype,
         hidden_size: int,
         vocab_size: int,
-        threads: int | None = None,
+        runtime: RuntimeConfig = RuntimeConfig(),
         timeout_s: float = 60.0,
         max_tokens: int | None = None,
         startup_timeout_s: float = 300.0,
-        row_tile: int | None = None,
-        compile: bool = False,
-        gemms: str = "aten",
         kv_dtype: str | None = None,
     ):
+        """runtime: the torch runtime's knobs (runtime_config.py), handed to every stage rank in its StageSpec."""
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
         self.max_tokens = max_tokens or ctx + num_slots  # token positions in one micro-batch, all parts
-        if row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
+        if runtime.row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
             from ...model.weights import read_config, resolve_model_path
 
             try:
-                row_tile = default_row_tile(
-                    read_config(resolve_model_path(model)), self.stages[0].device, dtype, threads
+                tile = default_row_tile(
+                    read_config(resolve_model_path(model)), self.stages[0].device, dtype, runtime.threads
                 )
             except (OSError, ValueError):  # the stage ranks load the model and say what is wrong with it
-                row_tile = 1
-        self.row_tile = row_tile
+                tile = 1
+            runtime = replace(runtime, row_tile=tile)
+        self.runtime = runtime  # as the ranks get it: the row tile resolved
+        self.row_tile = row_tile = runtime.row_tile
         itemsize = torch.empty(0, dtype=dtype).element_size()
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
         capacity = 65536 + 32 * padded + max(padded * hidden_size * itemsize, (num_slots + 1) * vocab_size * 4)
@@ -98,12 +99,9 @@ class DistPipeline:
                 num_slots,
                 ctx,
                 str(dtype).replace("torch.", ""),
-                threads,
+                runtime,
                 capacity,
                 timeout_s,
-                row_tile,
-                compile,
-                gemms,
                 kv_dtype,
             )
             for p in self.stages
@@ -156,7 +154,7 @@ class DistPipeline:
         self.layout_invariant = self.batch_invariant and all(" layout 1 " in line for line in ready)
         self.compile_info = compile_info(
             [(int(g), float(s)) for line in ready for g, s in re.findall(r"graphs (\d+) compile_s ([\d.]+)", line)],
-            self.specs[0].gemms,
+            self.runtime.gemms,
         )
         self._group = group
         self._sender = _Sender(group, 1, self.timeout_s)

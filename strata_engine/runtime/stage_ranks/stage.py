@@ -17,12 +17,13 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from ...heap import hand_back
+from ...runtime_config import RuntimeConfig
 from ..compiled_step import compiled_stage
 from ..invariance import apply_row_tile, invariance_holds
 from ..pipeline import Part, StagePlan
@@ -50,12 +51,9 @@ class StageSpec:
     num_slots: int
     ctx: int
     dtype: str  # "float32", "bfloat16", "float16"
-    threads: int | None
+    runtime: RuntimeConfig  # threads, compiled step and GEMMs, row tile (resolved: an int) (runtime_config.py)
     capacity: int  # bytes of the largest frame this rank receives
     timeout_s: float
-    row_tile: int = 1  # pad every GEMM's rows to a multiple of it (runtime/invariance.py)
-    compile: bool = False  # decode-only micro-batches through the compiled step (runtime/compiled_step.py)
-    gemms: str = "aten"  # the compiled step's GEMMs: aten or template
     kv_dtype: str | None = None  # the KV cache's format (model/kv_format.py); None: the model's dtype
 
     @property
@@ -75,7 +73,8 @@ class StageSpec:
 
     @classmethod
     def from_json(cls, data: bytes) -> StageSpec:
-        return cls(**json.loads(data))
+        fields = json.loads(data)
+        return cls(**{**fields, "runtime": RuntimeConfig(**fields["runtime"])})
 
 
 def make_group(store, rank: int, world_size: int, generation: int = 0):
@@ -85,7 +84,7 @@ def make_group(store, rank: int, world_size: int, generation: int = 0):
 
 def build_stage(spec: StageSpec):
     """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do;
-    returns the model, this stage's KV cache and its compiled step (None without spec.compile)."""
+    returns the model, this stage's KV cache and its compiled step (None without spec.runtime.compile)."""
     from ...model.kv_cache import KVCache
     from ...model.weights import load_model
     from ..native.choice import choose as choose_kernels
@@ -93,7 +92,8 @@ def build_stage(spec: StageSpec):
     dtype = getattr(torch, spec.dtype)
     device = spec.device
     model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
-    choose_kernels(model, spec.num_slots, spec.threads, decode=spec.compile, kv_dtype=spec.kv_dtype)
+    runtime = spec.runtime
+    choose_kernels(model, spec.num_slots, runtime.threads, decode=runtime.compile, kv_dtype=spec.kv_dtype)
     for i in range(config.num_layers):
         if spec.layer_start <= i < spec.layer_end:
             model.layers[i].to(device=device, dtype=dtype)
@@ -109,21 +109,11 @@ def build_stage(spec: StageSpec):
     if not spec.is_last:
         model.norm = model.lm_head = None
     model.eval()
-    apply_row_tile(model, spec.row_tile)
+    apply_row_tile(model, runtime.row_tile)
     cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers, kv_dtype=spec.kv_dtype)
     compiled = None
-    if spec.compile:
-        compiled = compiled_stage(
-            model,
-            spec.plan,
-            cache,
-            spec.is_first,
-            spec.is_last,
-            spec.row_tile,
-            spec.num_slots,
-            spec.threads,
-            spec.gemms,
-        )
+    if runtime.compile:
+        compiled = compiled_stage(model, spec.plan, cache, spec.is_first, spec.is_last, spec.num_slots, runtime)
     return model, cache, compiled
 
 
@@ -131,7 +121,7 @@ def run_part(spec: StageSpec, model, cache, wire: WirePart, compiled=None) -> Wi
     """One ragged part through this rank's layers, by the same stage_forward as the thread stages."""
     part = Part(wire.tokens, wire.positions, wire.layout(), wire.want_logits, hidden=wire.payload)
     stage_forward(
-        model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.row_tile, spec.device, compiled
+        model, spec.plan.layers, cache, part, spec.is_first, spec.is_last, spec.runtime.row_tile, spec.device, compiled
     )
     payload = part.logits if spec.is_last else part.hidden  # the head needs the logits only: [R, V] float32
     return WirePart(wire.tokens, wire.positions, wire.slots, wire.lengths, wire.want_logits, payload)
@@ -170,20 +160,23 @@ def serve_stage(
     group.recv([spec_buffer], 0, CONTROL).wait()
     spec = StageSpec.from_json(decode(spec_buffer).data)
     overrides = {k: v for k, v in (("model", model_override), ("device", device_override)) if v}
-    spec = StageSpec(**{**asdict(spec), **overrides})
+    spec = replace(spec, **overrides)
+    runtime = spec.runtime
     try:
-        if spec.threads:
-            torch.set_num_threads(spec.threads)
+        if runtime.threads:
+            torch.set_num_threads(runtime.threads)
         model, cache, compiled = build_stage(spec)
-        invariant = invariance_holds(model.config, spec.device, getattr(torch, spec.dtype), spec.row_tile, spec.threads)
+        invariant = invariance_holds(
+            model.config, spec.device, getattr(torch, spec.dtype), runtime.row_tile, runtime.threads
+        )
         layout = (
             invariant
-            and not spec.compile
+            and not runtime.compile
             and stage_threads_agree(
                 model,
                 range(spec.layer_start, spec.layer_end),
-                spec.row_tile,
-                spec.threads,
+                runtime.row_tile,
+                runtime.threads,
                 spec.device,
                 spec.is_first,
                 spec.is_last,
