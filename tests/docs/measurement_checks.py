@@ -159,6 +159,10 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_attention.py --sections 3,4 --repeats 9 --chunks 64,256": Run(
         ((r"--repeats 9", "--repeats 1"),)
     ),
+    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
+        "builds every native op again at -march=x86-64-v3 (about a minute a build); "
+        "tests/engine/test_native_isa_levels.py checks the levels' bits"
+    ),
     ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
         "builds every native op again at -march=x86-64-v2 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels' bits"
