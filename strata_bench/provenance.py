@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from strata_engine.engine_info import version
+
 PACKAGES = (
     "strata",
     "torch",
@@ -59,10 +61,11 @@ def git_info(path: Path) -> dict[str, Any] | None:
 
 
 def package_versions() -> dict[str, str | None]:
+    """Each of PACKAGES' installed version, None where it is not installed; Strata's own from its one home."""
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
-            versions[name] = metadata.version(name)
+            versions[name] = version() if name == "strata" else metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
