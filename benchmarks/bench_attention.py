@@ -44,7 +44,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
+from strata_bench.provenance import cpu_flags, cpu_line  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row, attend_row  # noqa: E402
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
@@ -221,7 +221,7 @@ def main() -> None:
         f"window {window}; float32"
     )
     print(
-        f"CPU {device_info()['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"CPU {cpu_line()}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
         f"{args.repeats} alternating samples per arm after {args.warmup} warm-up"
     )
     print(

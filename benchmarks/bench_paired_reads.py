@@ -32,7 +32,7 @@ from strata_bench.engines.launcher import EngineProcess  # noqa: E402
 from strata_bench.engines.probe import probe  # noqa: E402
 from strata_bench.arms import ArmError  # noqa: E402
 from strata_bench.presets import engine_commands  # noqa: E402
-from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
+from strata_bench.provenance import cpu_line  # noqa: E402
 
 
 def prompt_text(tokens: int, read: int) -> str:
@@ -69,8 +69,7 @@ def main() -> None:
     if len(arms) < 2:
         raise SystemExit("give two or more --arm NAME=COMMAND: the reads compare them")
     print(
-        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), {args.tokens}-token reads, "
-        f"{args.rounds} rounds",
+        f"CPU {cpu_line()}, {args.tokens}-token reads, {args.rounds} rounds",
         flush=True,
     )
     times: dict[str, list[float]] = {name: [] for name, _ in arms}

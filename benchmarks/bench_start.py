@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from strata_bench.engines.launcher import EngineProcess  # noqa: E402
-from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
+from strata_bench.provenance import cpu_line  # noqa: E402
 
 CACHES = ("XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
@@ -104,8 +104,7 @@ def main() -> int:
             else:
                 os.environ[name] = value
         shutil.rmtree(folder, ignore_errors=True)
-    info = device_info()
-    print(f"`{command}`: CPU {info['cpu']}, {info['cpu_count']} cores, {' '.join(cpu_flags('avx512')) or 'no avx512'}")
+    print(f"`{command}`: CPU {cpu_line()}, {os.cpu_count()} cores")
     print()
     print(
         f"| start | to health | compiling | resident{f' / after {args.read:,} tokens' if args.read else ''} | the engine's ready line |"

@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
-from strata_bench.provenance import cpu_flags, device_info  # noqa: E402
+from strata_bench.provenance import cpu_line  # noqa: E402
 from strata_engine.model import load_model, transformer  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
@@ -103,10 +103,7 @@ def main() -> None:
                 with record_function("@chunk"):
                     read()
     median, best = statistics.median(took), min(took)
-    print(
-        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, {args.threads} thread(s), "
-        f"row tile {tile}"
-    )
+    print(f"CPU {cpu_line()}, torch {torch.__version__}, {args.threads} thread(s), row tile {tile}")
     print(
         f"chunk of {args.chunk} at position {args.start} (window {config.sliding_window}): {median * 1e3:.2f} ms "
         f"median, {best * 1e3:.2f} best; {args.chunk / median:.0f} tok/s"
@@ -163,7 +160,7 @@ def compare_kernel(read, args, tile: int, kernel: str) -> None:
         setattr(owner, attr, original)
         os.environ.pop(env, None)
     print(
-        f"CPU {device_info()['cpu']} ({' '.join(cpu_flags('avx512')) or 'no avx512'}), torch {torch.__version__}, "
+        f"CPU {cpu_line()}, torch {torch.__version__}, "
         f"{args.threads} thread(s), row tile {tile}; {args.repeats} reads each, alternating"
     )
     print(f"| chunk of {args.chunk} at {args.start} | chunk, median ms | {calls_label}, median ms |\n|---|---:|---:|")

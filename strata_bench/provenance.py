@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from strata_engine.engine_info import version
+
 PACKAGES = (
     "strata",
     "torch",
@@ -59,10 +61,11 @@ def git_info(path: Path) -> dict[str, Any] | None:
 
 
 def package_versions() -> dict[str, str | None]:
+    """Each of PACKAGES' installed version, None where it is not installed; Strata's own from its one home."""
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
-            versions[name] = metadata.version(name)
+            versions[name] = version() if name == "strata" else metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
@@ -71,9 +74,8 @@ def package_versions() -> dict[str, str | None]:
 def device_info() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "cpu_count": os.cpu_count(), "cpu": _cpu_name()}
     if _cpuinfo("flags") is not None:  # the vector extensions a speed table depends on
-        family, model = _cpuinfo("cpu family"), _cpuinfo("model\t")
-        info["cpu_model"] = f"family {family} model {model}"
-        info["cpu_flags"] = [f for f in cpu_flags() if f in ("avx", "avx2", "fma") or f.startswith(("avx512", "amx"))]
+        info["cpu_model"] = _family_model()
+        info["cpu_flags"] = vector_flags()
     if shutil.which("nvidia-smi"):
         gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
         info["gpus"] = gpus.splitlines() if gpus else []
@@ -99,6 +101,29 @@ def cpu_flags(prefix: str = "") -> list[str]:
     """The CPU's feature flags starting with `prefix` (e.g. "avx512"), sorted: machines of one model name differ in
     them, so a speed table names them. Empty where /proc/cpuinfo is missing."""
     return sorted(flag for flag in (_cpuinfo("flags") or "").split() if flag.startswith(prefix))
+
+
+def vector_flags() -> list[str]:
+    """The vector extensions a speed table depends on: avx, avx2, fma, avx512*, amx*."""
+    return [f for f in cpu_flags() if f in ("avx", "avx2", "fma") or f.startswith(("avx512", "amx"))]
+
+
+def _family_model() -> str:
+    family, model = _cpuinfo("cpu family"), _cpuinfo("model\t")  # the tab: not "model name"
+    return f"family {family} model {model}"
+
+
+def cpu_line() -> str:
+    """This CPU in one line for a table's heading, as /proc/cpuinfo (and lscpu) name it: model name, family and
+    model numbers, vector flags, e.g. "AMD EPYC, family 25 model 17, avx avx2 avx512bw ... fma". Machines of
+    one model name differ in the rest, so every bench prints this line."""
+    if _cpuinfo("flags") is None:
+        return _cpu_name()
+    flags = vector_flags()
+    names = " ".join(flags) or "no avx"
+    if not any(f.startswith("avx512") for f in flags):
+        names += ", no avx512"
+    return f"{_cpu_name()}, {_family_model()}, {names}"
 
 
 def collect(argv: list[str]) -> dict[str, Any]:

@@ -3,7 +3,9 @@ which path serves each kernel, MKL's reproducible mode, the KV cache's format an
 
 from __future__ import annotations
 
+import functools
 import os
+from importlib import metadata
 from typing import Any
 
 from . import mkl_mode
@@ -38,7 +40,7 @@ def describe(engine: Any) -> dict[str, Any]:
         "layout_invariant": bool(getattr(engine.executor, "layout_invariant", False)),
         "split": engine.config.split,
         "devices": list(engine.config.devices),
-        "version": _version(),
+        "version": version(),
         "pid": os.getpid(),
         "stage_workers": engine.stage_workers,
         "compiled": getattr(getattr(engine.executor, "pipeline", None), "compile_info", None),
@@ -81,10 +83,14 @@ def _rss_bytes() -> int | None:
         return None
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
+NOT_INSTALLED = "0+unknown"
 
-        return version("strata")
-    except Exception:
-        return "0+unknown"
+
+@functools.cache
+def version() -> str:
+    """Strata's version: the installed `strata` distribution's, or NOT_INSTALLED where it is not installed (a
+    source tree on sys.path). The one place the package's version is worked out."""
+    try:
+        return metadata.version("strata")
+    except metadata.PackageNotFoundError:
+        return NOT_INSTALLED

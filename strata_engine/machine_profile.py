@@ -35,12 +35,12 @@ def machine_key(model: str) -> str:
     """What a measured layout holds for: this CPU (its flags), its cores, torch, this package and the model."""
     import torch
 
-    from .engine_info import _version
+    from .engine_info import version
     from .runtime.native.build import machine_tag
 
     name = os.path.basename(str(model).rstrip("/")) or str(model)
     return " | ".join([f"cpu {machine_tag()}", f"{os.cpu_count()} cores", f"torch {torch.__version__}",
-                       f"strata {_version()}", f"model {name}"])  # fmt: skip
+                       f"strata {version()}", f"model {name}"])  # fmt: skip
 
 
 def read(model: str, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:

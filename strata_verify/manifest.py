@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from strata_engine.engine_info import version
 from strata_verify.determinism import DeterminismRun, answer_hash
 from strata_verify.diverge import compare_answers
 from strata_verify.report import FAIL, INFO, PASS, Step
@@ -45,6 +46,8 @@ class ManifestError(ValueError):
 
 
 def _version(package: str) -> str | None:
+    if package == "strata":
+        return version()
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

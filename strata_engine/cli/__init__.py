@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import click
 
+from ..engine_info import version
 from . import export, generate, serve, stage, tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="strata", prog_name="strata-engine")
+@click.version_option(version=version(), prog_name="strata-engine")
 def main() -> None:
     """Strata: a reference MoE inference engine (OpenAI-compatible server, one-off generation)."""
 

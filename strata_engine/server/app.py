@@ -13,12 +13,12 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from importlib import metadata
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..engine_info import version
 from . import errors
 from .errors import APIError
 from .gate import Gate
@@ -28,13 +28,6 @@ from .state import ServerState
 log = logging.getLogger("strata_engine.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # a 262K-token id list is ~2 MB of JSON
-
-
-def _version() -> str:
-    try:
-        return metadata.version("strata")
-    except metadata.PackageNotFoundError:
-        return "0.0.0+local"
 
 
 def create_app(
@@ -101,7 +94,7 @@ def create_app(
     if loader is None and not managed:
         state.attach(engine)
     app = FastAPI(
-        title="strata-engine", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="strata-engine", version=version(), lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.strata = state
     errors.install(app)
@@ -141,7 +134,7 @@ def _basic_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/engine")
     async def engine_info() -> JSONResponse:
         engine = state.require_engine()
-        info = {"model": state.model_name, **engine.info(), "supports_token_ids": True, "version": _version()}
+        info = {"model": state.model_name, **engine.info(), "supports_token_ids": True, "version": version()}
         return JSONResponse(info)
 
     @app.get("/metrics")

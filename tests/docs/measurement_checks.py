@@ -195,6 +195,7 @@ CHECKS: dict[str, object] = {
             ),
         )
     ),
+    ".venv/bin/python benchmarks/bench_import_rss.py": Run(),
     # docs/measurements/many-agents.md
     ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents --arm strata='strata-engine serve --batch 6 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
