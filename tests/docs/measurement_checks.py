@@ -124,6 +124,10 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
     ),
+    # docs/measurements/engines-avx512.md
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx512 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
     # docs/measurements/engines-table.md
     ".venv/bin/strata-bench preset engines --repeat 3 --out runs/engines-chunk": Skip(
         "45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"
