@@ -148,6 +148,12 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05": Run(
         ((r"--runs 10", "--runs 1 --hogs 0"),)
     ),
+    ".venv/bin/python benchmarks/gate_under_load.py --check cache --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
+        MINUTES + " (the interleave run above checks the script; tests/verify/test_verify_cache.py the check)"
+    ),
+    ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
+        MINUTES + " (the interleave run above checks the script; the slow suite runs answers)"
+    ),
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
         "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
     ),
