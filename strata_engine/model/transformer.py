@@ -117,7 +117,7 @@ class Attention(nn.Module):
                 positions[span] - low if low else positions[span],
                 row.consecutive,
                 self.window,
-                chunk=self.chunk_attention if kv.views else None,  # the native op reads the float32 cache
+                chunk=self.chunk_attention,  # float32 keys either way: views, or the window's dequantized copy
             )
             out.append(o[0].transpose(0, 1))  # [T, H, hd]
         if rows.padded > rows.real:

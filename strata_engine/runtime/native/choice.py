@@ -171,7 +171,8 @@ def install(model) -> None:
 def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str | None = None) -> dict[str, dict]:
     """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
     contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
-    aten_ms}. The attention ops read float32 caches: with another KV format (`kv_dtype`) ATen's paths serve."""
+    aten_ms}. The compiled step's decode op reads a float32 cache: with another KV format (`kv_dtype`) ATen's path
+    serves it; the chunk op reads the float32 window `LayerKV.read` returns, whatever the format."""
     install(model)
     chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
@@ -184,7 +185,7 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
             continue
         build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
-        if kv_dtype not in (None, "f32") and label in ("chunk attention", "decode attention"):
+        if kv_dtype not in (None, "f32") and label == "decode attention":
             verdict = {"path": "aten", "why": f"kv {kv_dtype}: the op reads float32 caches"}
         elif mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
