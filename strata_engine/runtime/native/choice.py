@@ -1,10 +1,11 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
 Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
-`MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
+`Attention.decode_attention`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
 machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
 paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
-(chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
+(chunk attention, routed experts, with `decode` the compiled step's decode attention, and with a q8 or k8v4
+`kv_dtype` the quantized decode attention), the path that
 serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
@@ -25,9 +26,11 @@ from contextlib import contextmanager
 import torch
 
 from ...kernel_switches import kernel_mode, native_march
-from ...model.attention import aten_row, attend_row
+from ...model.attention import aten_row, attend_row, cached_row, decode_span
+from ...model.kv_cache import LayerKV
+from ...model.rows import Row
 from ...model.transformer import Attention, MoE
-from . import build, chunk_attention, decode_attention, routed_experts
+from . import build, chunk_attention, decode_attention, quant_decode_attention, routed_experts
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
@@ -127,6 +130,34 @@ def _decode_arms(model, batch: int, name: str):
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 
+def _quant_decode_arms(model, batch: int, name: str):
+    """The quantized decode op against the dequantized window and ATen's attention, q8 and k8v4 each (one
+    verdict for both): the batch's rows up to 8, early and past the window."""
+    c = model.config
+    window, rows = c.sliding_window, min(batch, 8)
+    g = torch.Generator().manual_seed(0)
+    arms = []
+    for fmt in ("q8", "k8v4"):
+        for base in (100, (window or 1948) + 100):
+            kv = LayerKV(rows, c.num_kv_heads, base + 3 * rows + 1, c.head_dim, torch.float32, "cpu", window, fmt)
+            at = [Row(s, s, 1, base + 3 * s, base + 3 * s, True) for s in range(rows)]
+            for row in at:
+                keys, values = (torch.randn(row.last + 1, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
+                kv.write_row(row.slot, 0, keys, values)
+            q = torch.randn(rows, c.num_heads, c.head_dim, generator=g)
+            spans = [decode_span(row, window) for row in at]
+            positions = [torch.tensor([row.last]) for row in at]
+            arms.append(
+                (
+                    lambda q=q, kv=kv, spans=spans: quant_decode_attention.attend_decode(q, kv.parts, spans),
+                    lambda q=q, kv=kv, at=at, p=positions: [
+                        cached_row(q[i : i + 1], p[i], kv, row, window, None) for i, row in enumerate(at)
+                    ],
+                )
+            )
+    return arms, f"{rows} decode rows of q8 and k8v4 at ~100 and ~{(window or 1948) + 100}"
+
+
 # label -> (switch, op name in build.py, accessor, source, arms)
 OPS = {
     "chunk attention": (
@@ -150,6 +181,13 @@ OPS = {
         decode_attention._SOURCE,
         _decode_arms,
     ),
+    "quantized decode attention": (
+        quant_decode_attention.ENV,
+        "strata_quant_decode_attention",
+        quant_decode_attention.native_quant_decode_attention,
+        quant_decode_attention._SOURCE,
+        _quant_decode_arms,
+    ),
 }
 
 
@@ -159,6 +197,7 @@ def install(model) -> None:
     for module in model.modules():
         if isinstance(module, Attention):
             module.chunk_attention = chunk_attention.attend_chunk
+            module.decode_attention = quant_decode_attention.attend_decode
         elif isinstance(module, MoE):
             module.routed_experts = routed_experts.run_routed
     first = next(model.parameters())
@@ -183,6 +222,10 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
             continue
         if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
             continue
+        if label == "quantized decode attention" and not (
+            cpu_f32 and kv_dtype in ("q8", "k8v4") and model.config.head_dim in (32, 64, 128)
+        ):
+            continue
         build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
         if kv_dtype not in (None, "f32") and label == "decode attention":
@@ -195,9 +238,7 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
             verdict = {"path": "native", "why": f"{env}=1"}
         else:
             # raced on the default layout's 256-token chunks whatever this engine's chunk: one verdict a machine
-            verdict = _verdict(
-                label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK, threads
-            )
+            verdict = _verdict(label, name, source, arms_of, model, batch if "decode" in label else RACE_CHUNK, threads)
         build.serve(name, verdict["path"])
         chosen[label] = {**verdict, "march": native_march()}
         print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
