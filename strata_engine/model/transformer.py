@@ -85,8 +85,8 @@ class Attention(nn.Module):
         # A prompt chunk's attention in one call, `(q, keys, values, window) -> out or None` (attend_row's `chunk`):
         # None here; the runtime sets its native op from outside. None, or a call answering None: the flash paths.
         self.chunk_attention: Callable | None = None
-        # A quantized cache's one-query rows in one call, reading its bytes: `(q [R, H, hd], kv.parts, [(slot, low,
-        # high)]) -> [R, H, hd] or None`; None here (the runtime sets it).
+        # A quantized cache's one-query rows written and attended in one call: `(q [R, H, hd], k, v [R, Hkv, hd], kv,
+        # [(slot, low, high)]) -> [R, H, hd] or None` (nothing written); None here (the runtime sets it).
         self.decode_attention: Callable | None = None
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -105,14 +105,15 @@ class Attention(nn.Module):
         """x: [N, D] -> [N, D]; padding tokens (flat index >= rows.real) attend to nothing and give zeros."""
         q, k, v = self.project(x, positions)
         kv.check([[row.slot, row.first, row.last] for row in rows.rows])  # every row, before anything is written
-        for row in rows.rows:  # every write first: rows are distinct slots, so no read sees another row's write
-            span = slice(row.start, row.end)
-            kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
-        # a quantized cache's one-query rows in one decode hook call; the rest (all, where it answers None): kv.read
+        # a quantized cache's one-query rows: written and attended in one decode hook call (None back: as the rest)
         one = [r for r in rows.rows if r.length == 1] if self.decode_attention and "k_scale" in kv.parts else []
-        spans = [decode_span(r, self.window) for r in one]
-        done = self.decode_attention(q[[r.start for r in one]], kv.parts, spans) if one else None
+        at, spans = [r.start for r in one], [decode_span(r, self.window) for r in one]
+        done = self.decode_attention(q[at], k[at], v[at], kv, spans) if one else None
         answered = dict(zip(one, done)) if done is not None else {}
+        for row in rows.rows:  # the rest written before any is read (rows are distinct slots)
+            if row not in answered:
+                span = slice(row.start, row.end)
+                kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
         out = [
             answered[r][None]
             if r in answered

@@ -138,10 +138,31 @@ static void attend_head_as(bool four_bit, const float* qh, const int8_t* kh, con
     attend_head<D, false>(qh, kh, ks, vh, vs, vm, keys, scale, w, oh);
 }
 
-// q [R, H, D] float32; k int8 [S, Hkv, ctx, D] and k_scale [S, Hkv, ctx]; v int8 [S, Hkv, ctx, D] (q8) or
-// uint8 [S, Hkv, ctx, D/2] (4-bit, two a byte, element 2i low), v_scale [S, Hkv, ctx], v_min the same (4-bit
-// only; empty for q8); per row its slot and key range [low, high) -> [R, H, D].
-torch::Tensor quant_decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor k_scale, torch::Tensor v,
+// One head's new key or value x [D] stored as model/kv_format.py's encode stores it, bit for bit: q8 =
+// round(x / (absmax / 127)) clamped to +-127; 4-bit = round((x - min) / ((max - min) / 15)) clamped to 0..15,
+// two a byte (element 2i low); a zero scale divides by 1; rounding half to even as torch.round.
+static void store_q8(const float* x, int64_t dim, int8_t* q, float* scale) {
+  float top = 0.0f;
+  for (int64_t d = 0; d < dim; ++d) top = std::max(top, std::fabs(x[d]));
+  *scale = top / 127.0f;
+  const float by = *scale > 0.0f ? *scale : 1.0f;
+  for (int64_t d = 0; d < dim; ++d) q[d] = static_cast<int8_t>(std::clamp(std::nearbyint(x[d] / by), -127.0f, 127.0f));
+}
+static void store_q4(const float* x, int64_t dim, uint8_t* q, float* scale, float* low) {
+  float lo = x[0], hi = x[0];
+  for (int64_t d = 1; d < dim; ++d) lo = std::min(lo, x[d]), hi = std::max(hi, x[d]);
+  *scale = (hi - lo) / 15.0f, *low = lo;
+  const float by = *scale > 0.0f ? *scale : 1.0f;
+  auto level = [&](float e) { return static_cast<uint8_t>(std::clamp(std::nearbyint((e - lo) / by), 0.0f, 15.0f)); };
+  for (int64_t d = 0; d < dim / 2; ++d) q[d] = level(x[2 * d]) | (level(x[2 * d + 1]) << 4);
+}
+
+// q [R, H, D] float32 and the rows' new keys and values k_new, v_new [R, Hkv, D]; k int8 [S, Hkv, ctx, D] and
+// k_scale [S, Hkv, ctx]; v int8 [S, Hkv, ctx, D] (q8) or uint8 [S, Hkv, ctx, D/2] (4-bit), v_scale [S, Hkv,
+// ctx], v_min the same (4-bit only; empty for q8); per row its slot and key range [low, high). Every row's new
+// key and value is stored at high - 1 first, then each row attends -> [R, H, D].
+torch::Tensor quant_decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tensor v_new, torch::Tensor k,
+                                     torch::Tensor k_scale, torch::Tensor v,
                                      torch::Tensor v_scale, torch::Tensor v_min, std::vector<int64_t> slots,
                                      std::vector<int64_t> lows, std::vector<int64_t> highs) {
   const bool four_bit = v.scalar_type() == torch::kUInt8;
@@ -161,20 +182,37 @@ torch::Tensor quant_decode_attention(torch::Tensor q, torch::Tensor k, torch::Te
               "quant_decode_attention: head_dim 32, 64 or 128, heads a multiple of kv heads");
   const int64_t value_bytes = four_bit ? dim / 2 : dim;
   TORCH_CHECK(v.size(3) == value_bytes, "quant_decode_attention: values of ", v.size(3), " bytes, not ", value_bytes);
-  const int8_t* kp = k.data_ptr<int8_t>();
-  const uint8_t* vp = static_cast<const uint8_t*>(v.data_ptr());
-  const float* ksp = k_scale.data_ptr<float>();
-  const float* vsp = v_scale.data_ptr<float>();
-  const float* vmp = four_bit ? v_min.data_ptr<float>() : nullptr;
+  TORCH_CHECK(k_new.scalar_type() == torch::kFloat32 && v_new.scalar_type() == torch::kFloat32 &&
+              k_new.size(0) == rows && k_new.size(1) == kv_heads && k_new.size(2) == dim && v_new.sizes() == k_new.sizes(),
+              "quant_decode_attention: float32 new keys and values [rows, kv heads, head_dim]");
+  k_new = k_new.contiguous(), v_new = v_new.contiguous();
+  int8_t* kp = k.data_ptr<int8_t>();
+  uint8_t* vp = static_cast<uint8_t*>(v.data_ptr());
+  float* ksp = k_scale.data_ptr<float>();
+  float* vsp = v_scale.data_ptr<float>();
+  float* vmp = four_bit ? v_min.data_ptr<float>() : nullptr;
+  for (int64_t i = 0; i < rows; ++i) {  // every write before any read, as the model's rows are written
+    const int64_t s = slots[i], low = lows[i], high = highs[i];
+    TORCH_CHECK(s >= 0 && s < num_slots && low >= 0 && low < high && high <= ctx,
+                "quant_decode_attention: slot ", s, " keys [", low, ", ", high, ") outside the cache");
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      const int64_t at = (s * kv_heads + g) * ctx + high - 1;
+      const float* kx = k_new.data_ptr<float>() + (i * kv_heads + g) * dim;
+      const float* vx = v_new.data_ptr<float>() + (i * kv_heads + g) * dim;
+      store_q8(kx, dim, kp + at * dim, ksp + at);
+      if (four_bit)
+        store_q4(vx, dim, vp + at * value_bytes, vsp + at, vmp + at);
+      else
+        store_q8(vx, dim, reinterpret_cast<int8_t*>(vp + at * value_bytes), vsp + at);
+    }
+  }
   const float* qp = q.data_ptr<float>();
   auto out = torch::empty_like(q);
   float* op = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   std::vector<float> weights;
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t s = slots[i], low = lows[i], high = highs[i], keys = high - low;
-    TORCH_CHECK(s >= 0 && s < num_slots && low >= 0 && keys > 0 && high <= ctx,
-                "quant_decode_attention: slot ", s, " keys [", low, ", ", high, ") outside the cache");
+    const int64_t s = slots[i], low = lows[i], keys = highs[i] - low;
     weights.resize(keys);
     float* w = weights.data();
     for (int64_t h = 0; h < heads; ++h) {

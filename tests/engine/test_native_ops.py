@@ -84,13 +84,14 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
 
 
 def _quantized_rows(model, fmt: str = "k8v4"):
-    """A quantized cache's parts and two decode rows over it: (q, parts, spans) as the model's hook takes them."""
+    """A quantized cache and two decode rows over it: (q, k, v, kv, spans) as the model's hook takes them."""
     c = model.config
     kv = LayerKV(2, c.num_kv_heads, 64, c.head_dim, torch.float32, "cpu", c.sliding_window, fmt)
     g = torch.Generator().manual_seed(0)
     for slot in range(2):
         kv.write_row(slot, 0, *(torch.randn(64, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2)))
-    return torch.randn(2, c.num_heads, c.head_dim, generator=g), kv.parts, [(0, 0, 40), (1, 10, 64)]
+    q, k, v = (torch.randn(2, h, c.head_dim, generator=g) for h in (c.num_heads, c.num_kv_heads, c.num_kv_heads))
+    return q, k, v, kv, [(0, 0, 40), (1, 10, 64)]
 
 
 @pytest.mark.parametrize("native_s, path", [(2e-3, "aten"), (5e-4, "native")])

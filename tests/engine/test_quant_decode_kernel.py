@@ -44,6 +44,14 @@ def _cache(fmt: str, dim: int, seed: int = 0) -> LayerKV:
     return kv
 
 
+def _new(rows: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [rows, H, dim] and the rows' new keys and values [rows, Hkv, dim]."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, HEADS, dim, generator=g), *(
+        3 * torch.randn(rows, KV_HEADS, dim, generator=g) for _ in "kv"
+    )
+
+
 def _reference(q: torch.Tensor, kv: LayerKV, slot: int, low: int, high: int) -> torch.Tensor:
     """Float64 attention over the dequantized keys and values (`LayerKV.read`): [H, hd]."""
     keys, values = (t[0].double().repeat_interleave(HEADS // KV_HEADS, dim=0) for t in kv.read(slot, low, high))
@@ -55,31 +63,46 @@ def _reference(q: torch.Tensor, kv: LayerKV, slot: int, low: int, high: int) -> 
 @pytest.mark.parametrize("dim", [32, 64, 128])
 def test_the_op_is_float64_math_on_the_dequantized_values(native, fmt, dim):
     kv = _cache(fmt, dim)
-    q = torch.randn(4, HEADS, dim, generator=torch.Generator().manual_seed(1))
-    spans = [(2, 10, 200), (0, 0, 1), (1, 37, CTX), (0, 5, 22)]  # one key, block tails, a full cache
-    out = quant_decode_attention.attend_decode(q, kv.parts, spans)
+    q, k, v = _new(3, dim, seed=1)
+    spans = [(2, 10, 200), (0, 0, 1), (1, 37, CTX)]  # block tails, one key, a full cache
+    out = quant_decode_attention.attend_decode(q, k, v, kv, spans)
     for i, (slot, low, high) in enumerate(spans):
         expected = _reference(q[i], kv, slot, low, high)
         size = kv.read(slot, low, high)[1].abs().max()  # the values' magnitude
         assert (out[i].double() - expected).abs().max() <= 1e-6 * size, f"kv {fmt}, hd {dim}, row {i}"
 
 
+@pytest.mark.parametrize("fmt", ["q8", "k8v4"])
+def test_its_writes_are_bitwise_write_rows(native, fmt):
+    ours, theirs = _cache(fmt, 64, seed=5), _cache(fmt, 64, seed=5)
+    q, k, v = _new(3, 64, seed=6)
+    k[0, 1] = 0.0  # a zero scale
+    v[1, 0] = 1.5  # every element the same: a zero 4-bit scale
+    spans = [(1, 100, 250), (0, 3, 40), (2, 0, CTX)]
+    quant_decode_attention.attend_decode(q, k, v, ours, spans)
+    for i, (slot, _, high) in enumerate(spans):
+        theirs.write_row(slot, high - 1, k[i : i + 1], v[i : i + 1])
+    for name in ours.parts:
+        assert torch.equal(ours.parts[name], theirs.parts[name]), f"kv {fmt}: {name} differs from write_row's"
+
+
 def test_a_row_is_bitwise_the_same_alone_and_beside_others(native):
     for fmt in ("q8", "k8v4"):
         kv = _cache(fmt, 32, seed=2)
-        q = torch.randn(3, HEADS, 32, generator=torch.Generator().manual_seed(3))
+        q, k, v = _new(3, 32, seed=3)
         spans = [(1, 100, 250), (0, 3, 40), (2, 0, CTX)]
-        together = quant_decode_attention.attend_decode(q, kv.parts, spans)
+        together = quant_decode_attention.attend_decode(q, k, v, kv, spans)
         for i, span in enumerate(spans):
-            assert torch.equal(quant_decode_attention.attend_decode(q[i : i + 1], kv.parts, [span])[0], together[i])
+            alone = quant_decode_attention.attend_decode(q[i : i + 1], k[i : i + 1], v[i : i + 1], kv, [span])
+            assert torch.equal(alone[0], together[i])
 
 
 def test_the_switch_turns_it_off_and_a_bad_value_is_an_error(native, monkeypatch):
     kv = _cache("q8", 32)
-    q = torch.randn(1, HEADS, 32)
-    assert quant_decode_attention.attend_decode(q, kv.parts, [(0, 0, 5)]) is not None
+    q, k, v = _new(1, 32, seed=7)
+    assert quant_decode_attention.attend_decode(q, k, v, kv, [(0, 0, 5)]) is not None
     monkeypatch.setenv(quant_decode_attention.ENV, "0")
-    assert quant_decode_attention.attend_decode(q, kv.parts, [(0, 0, 5)]) is None  # ATen's path serves
+    assert quant_decode_attention.attend_decode(q, k, v, kv, [(0, 0, 5)]) is None  # ATen's path serves
     monkeypatch.setenv(quant_decode_attention.ENV, "maybe")
     with pytest.raises(ValueError, match="STRATA_QUANT_DECODE_KERNEL='maybe' is not one of 0, 1, auto"):
         quant_decode_attention.native_quant_decode_attention()

@@ -131,31 +131,34 @@ def _decode_arms(model, batch: int, name: str):
 
 
 def _quant_decode_arms(model, batch: int, name: str):
-    """The quantized decode op against the dequantized window and ATen's attention, q8 and k8v4 each (one
-    verdict for both): the batch's rows up to 8, early and past the window."""
+    """The quantized decode op against write_row, the dequantized window and ATen's attention, q8 and k8v4
+    each (one verdict for both): the batch's rows up to 8, each writing its key and value and attending,
+    early and past the window."""
     c = model.config
     window, rows = c.sliding_window, min(batch, 8)
+    past = (window or 1948) + 100
     g = torch.Generator().manual_seed(0)
     arms = []
     for fmt in ("q8", "k8v4"):
-        for base in (100, (window or 1948) + 100):
+        for base in (100, past):
             kv = LayerKV(rows, c.num_kv_heads, base + 3 * rows + 1, c.head_dim, torch.float32, "cpu", window, fmt)
             at = [Row(s, s, 1, base + 3 * s, base + 3 * s, True) for s in range(rows)]
             for row in at:
-                keys, values = (torch.randn(row.last + 1, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
+                keys, values = (torch.randn(row.last, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
                 kv.write_row(row.slot, 0, keys, values)
             q = torch.randn(rows, c.num_heads, c.head_dim, generator=g)
+            k, v = (torch.randn(rows, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
             spans = [decode_span(row, window) for row in at]
-            positions = [torch.tensor([row.last]) for row in at]
+
+            def aten(q=q, k=k, v=v, kv=kv, at=at):
+                for i, row in enumerate(at):
+                    kv.write_row(row.slot, row.first, k[i : i + 1], v[i : i + 1])
+                return [cached_row(q[i : i + 1], torch.tensor([r.last]), kv, r, window, None) for i, r in enumerate(at)]
+
             arms.append(
-                (
-                    lambda q=q, kv=kv, spans=spans: quant_decode_attention.attend_decode(q, kv.parts, spans),
-                    lambda q=q, kv=kv, at=at, p=positions: [
-                        cached_row(q[i : i + 1], p[i], kv, row, window, None) for i, row in enumerate(at)
-                    ],
-                )
+                (lambda q=q, k=k, v=v, kv=kv, s=spans: quant_decode_attention.attend_decode(q, k, v, kv, s), aten)
             )
-    return arms, f"{rows} decode rows of q8 and k8v4 at ~100 and ~{(window or 1948) + 100}"
+    return arms, f"{rows} decode rows of q8 and k8v4 at ~100 and ~{past}"
 
 
 # label -> (switch, op name in build.py, accessor, source, arms)
