@@ -51,12 +51,28 @@ static inline vpart pair_sums(vpart a, vpart b) {  // lanes: a's adjacent lanes 
   return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
 }
 
-// x[0..LANES): one key's lane products each -> lane u holds the sum of x[u]'s lanes (a tree of adjacent pairs,
-// the same for a key wherever it sits in the block), with no horizontal sum a key.
+// A key's 16 products -> one vpart of their first sums up the tree of adjacent pairs (the parts folded while
+// there are more than one), so every width sums a key's lanes in the same order.
+static inline vpart fold_parts(v16 p) {
+  for (int n = PARTS; n > 1; n /= 2)
+    for (int i = 0; i < n / 2; ++i) p.p[i] = pair_sums(p.p[2 * i], p.p[2 * i + 1]);
+  return p.p[0];
+}
+
+// x[0..LANES): one key's folded products each -> lane u holds the sum of x[u]'s lanes: the rest of the tree of
+// adjacent pairs, the same for a key wherever it sits in the block, with no horizontal sum a key.
 static inline vpart sums_of(vpart* x) {
   for (int n = LANES; n > 1; n /= 2)
     for (int i = 0; i < n / 2; ++i) x[i] = pair_sums(x[2 * i], x[2 * i + 1]);
   return x[0];
+}
+
+static inline float hsum(v16 v) {  // a fixed tree, as chunk_attention.cpp's
+  float s[16];
+  store16(s, v);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] += s[i + w];
+  return s[0];
 }
 
 // D: the head width (32, 64 or 128: the wrapper passes no other).
@@ -75,9 +91,7 @@ static void attend_head(const float* qh, const int8_t* kh, const float* ks, cons
       widen16<true>(kj, k);
       p = qv[0] * k;
       for (int n = 1; n < N; ++n) widen16<true>(kj + 16 * n, k), p += qv[n] * k;
-      vpart f = p.p[0];
-      for (int i = 1; i < PARTS; ++i) f += p.p[i];
-      x[u] = f;
+      x[u] = fold_parts(p);
     }
     const vpart s = sums_of(x);
     for (int u = 0; u < count; ++u) w[j0 + u] = s[u] * ks[j0 + u] * scale;
@@ -85,11 +99,17 @@ static void attend_head(const float* qh, const int8_t* kh, const float* ks, cons
   float top = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : top)
   for (int64_t j = 0; j < keys; ++j) top = std::max(top, w[j]);
-  float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (int64_t j = 0; j < keys; ++j) {
-    w[j] = exp_nonpositive(w[j] - top);
-    total += w[j];
+  v16 sums = splat(0.0f);  // 16 lanes whatever the width, then a fixed tree: the same total at every level
+  int64_t e = 0;
+  for (; e + 16 <= keys; e += 16) {
+    const v16 x = exp_nonpositive(load16(w + e) - top);
+    store16(w + e, x);
+    sums += x;
+  }
+  float total = hsum(sums);
+  for (; e < keys; ++e) {
+    w[e] = exp_nonpositive(w[e] - top);
+    total += w[e];
   }
   const float inverse = 1.0f / total;
   // Each key's weight times its value scale multiplies the stored integers; a 4-bit key's min times its weight
