@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_decode_step import label_modules  # noqa: E402
 from strata_bench.provenance import cpu_line  # noqa: E402
-from strata_engine.model import load_model, transformer  # noqa: E402
+from strata_engine.model import attention, load_model, transformer  # noqa: E402
 from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
 from strata_engine.runtime.native import chunk_attention, routed_experts  # noqa: E402
@@ -121,7 +121,7 @@ def main() -> None:
 
 
 KERNELS = {  # --compare-X: the env switch, what the ATen path is called, and the call timed inside the chunk
-    "attention": (chunk_attention.ENV, "flash", transformer, "attend_row", "its 4 attention calls"),
+    "attention": (chunk_attention.ENV, "flash", attention, "attend_row", "its 4 attention calls"),
     "experts": (routed_experts.ENV, "python", transformer.MoE, "_routed", "its 4 routed-expert calls"),
 }
 

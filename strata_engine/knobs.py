@@ -172,6 +172,7 @@ KNOBS: dict[str, Knob] = {
     "STRATA_CHUNK_KERNEL": KERNEL,
     "STRATA_DECODE_KERNEL": KERNEL,
     "STRATA_EXPERT_KERNEL": KERNEL,
+    "STRATA_QUANT_DECODE_KERNEL": KERNEL,
     "STRATA_NATIVE_MARCH": Knob(
         "the native ops' g++ -march",
         _march,
@@ -201,7 +202,9 @@ def epilog() -> str:
         "Kernels (CPU; built with g++ once per machine, ~30 s each; docs/MODEL.md): STRATA_CHUNK_KERNEL=0 reads "
         "prompt chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
         "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
-        "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops.",
+        "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops; "
+        "STRATA_QUANT_DECODE_KERNEL=0 gives decode rows of a q8 or k8v4 cache the dequantized window copy and ATen's "
+        "attention instead of the native op that reads the stored bytes.",
     ]
     return "\n".join(lines)
 

@@ -51,6 +51,27 @@ def attend_row(
     return aten_row(q, keys, values, positions, consecutive, window)
 
 
+def cached_row(q: torch.Tensor, positions: torch.Tensor, kv, row, window: int | None, chunk: Callable | None):
+    """One row's queries q [T, H, hd] at positions [T] over its slot's cache (model/kv_cache.LayerKV, `row` a
+    model/rows.Row) -> [T, H, hd]: `kv.read` from position `low` (0 where reads are views; a quantized or bf16
+    format dequantizes only what the window lets the row see, and the positions shift to match), then
+    attend_row, `chunk` taking float32 keys either way."""
+    low = kv.first_read(row.first)
+    keys, values = kv.read(row.slot, low, row.last + 1)
+    shifted = positions - low if low else positions
+    o = attend_row(
+        q.transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), shifted, row.consecutive, window, chunk
+    )
+    return o[0].transpose(0, 1)
+
+
+def decode_span(row, window: int | None) -> tuple[int, int, int]:
+    """A one-query row's (slot, low, high): the keys [low, high) its query at row.last sees, as attend_row's
+    one-query path slices them (the last `window` positions)."""
+    high = row.last + 1
+    return row.slot, max(0, high - window) if window else 0, high
+
+
 def aten_row(
     q: torch.Tensor,
     keys: torch.Tensor,

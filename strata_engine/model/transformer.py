@@ -8,7 +8,7 @@ call's keys/values at (slot, position) and lets every query at position p attend
 0..p. Rows never see each other: attention runs per row over that row's own prefix, and MoE routing and
 the expert sums are per token in a fixed expert order. Bitwise independence of the GEMMs from the row
 count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside;
-nor are native ops: the runtime sets `Attention.chunk_attention` and `MoE.routed_experts` (None: ATen).
+nor are native ops: the runtime sets `Attention.chunk_attention`, `.decode_attention`, `MoE.routed_experts`.
 No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
 """
 
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kv_cache import KVCache, LayerKV
-from .attention import attend_row
+from .attention import cached_row, decode_span
 from .config import ModelConfig
 from .rows import Rows
 
@@ -85,6 +85,9 @@ class Attention(nn.Module):
         # A prompt chunk's attention in one call, `(q, keys, values, window) -> out or None` (attend_row's `chunk`):
         # None here; the runtime sets its native op from outside. None, or a call answering None: the flash paths.
         self.chunk_attention: Callable | None = None
+        # A quantized cache's one-query rows written and attended in one call: `(q [R, H, hd], k, v [R, Hkv, hd], kv,
+        # [(slot, low, high)]) -> [R, H, hd] or None` (nothing written); None here (the runtime sets it).
+        self.decode_attention: Callable | None = None
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [N, D] at positions [N] -> q [N, H, hd], k and v [N, Hkv, hd], rotary applied to q and k."""
@@ -102,24 +105,21 @@ class Attention(nn.Module):
         """x: [N, D] -> [N, D]; padding tokens (flat index >= rows.real) attend to nothing and give zeros."""
         q, k, v = self.project(x, positions)
         kv.check([[row.slot, row.first, row.last] for row in rows.rows])  # every row, before anything is written
-        out = []
-        for row in rows.rows:
-            span = slice(row.start, row.end)
-            kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
-            # [1, Hkv, L, hd] from position `low` (0: views, today's path; a quantized format dequantizes
-            # only what the window lets the row see, and the positions are shifted to match)
-            low = kv.first_read(row.first)
-            keys, values = kv.read(row.slot, low, row.last + 1)
-            o = attend_row(
-                q[span].transpose(0, 1)[None],
-                keys.to(q.dtype),
-                values.to(q.dtype),
-                positions[span] - low if low else positions[span],
-                row.consecutive,
-                self.window,
-                chunk=self.chunk_attention if kv.views else None,  # the native op reads the float32 cache
-            )
-            out.append(o[0].transpose(0, 1))  # [T, H, hd]
+        # a quantized cache's one-query rows: written and attended in one decode hook call (None back: as the rest)
+        one = [r for r in rows.rows if r.length == 1] if self.decode_attention and "k_scale" in kv.parts else []
+        at, spans = [r.start for r in one], [decode_span(r, self.window) for r in one]
+        done = self.decode_attention(q[at], k[at], v[at], kv, spans) if one else None
+        answered = dict(zip(one, done)) if done is not None else {}
+        for row in rows.rows:  # the rest written before any is read (rows are distinct slots)
+            if row not in answered:
+                span = slice(row.start, row.end)
+                kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
+        out = [
+            answered[r][None]
+            if r in answered
+            else cached_row(q[r.start : r.end], positions[r.start : r.end], kv, r, self.window, self.chunk_attention)
+            for r in rows.rows
+        ]
         if rows.padded > rows.real:
             out.append(q.new_zeros(rows.padded - rows.real, self.num_heads, self.head_dim))
         o = torch.cat(out) if len(out) > 1 else out[0]  # [N, H, hd]

@@ -190,6 +190,18 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-verify kv-quality --kv-dtype q8": Run(),
     ".venv/bin/strata-verify kv-quality --kv-dtype k8v4": Run(),
     ".venv/bin/strata-verify kv-quality --kv-dtype bf16": Run(),
+    ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --rounds 4": Run(
+        (
+            (
+                r"--threads 1 --rounds 4$",
+                "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1",
+            ),
+        )
+    ),
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --rounds 4": Skip(
+        "builds every native op again at -march=x86-64-v3 (about a minute a build); "
+        "tests/engine/test_native_isa_levels.py checks the levels"
+    ),
     # docs/measurements/kv-memory.md
     ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4": Run(
         ((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)

@@ -95,7 +95,7 @@ def test_compile_with_a_quantized_cache_is_refused_naming_the_plain_layout():
 @pytest.fixture(scope="module")
 def tiny():
     model = load_model("strata-tiny-moe")[0]
-    install(model)  # the native ops where the engine serves them: a quantized cache must not reach them
+    install(model)  # the native ops where the engine serves them (the chunk op reads every format's window)
     return model
 
 

@@ -11,7 +11,8 @@ import torch
 
 from strata_bench.provenance import cpu_flags
 from strata_engine.model.attention import aten_row
-from strata_engine.runtime.native import chunk_attention, decode_attention
+from strata_engine.model.kv_cache import LayerKV
+from strata_engine.runtime.native import chunk_attention, decode_attention, quant_decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
 pytestmark = pytest.mark.slow
@@ -94,3 +95,30 @@ def test_the_native_level_gives_the_bits_of_its_x86_64_level():
         native(q, keys, values, 2000, 1024),
         _op(chunk_attention.native_chunk_attention, level)(q, keys, values, 2000, 1024),
     )
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("fmt", ["q8", "k8v4"])
+def test_the_quantized_decode_op_at_each_level_is_float64_math(level, fmt):
+    op = _op(quant_decode_attention.native_quant_decode_attention, level)
+    kv = LayerKV(3, 4, 300, 32, torch.float32, "cpu", None, fmt)
+    g = torch.Generator().manual_seed(8)
+    for slot in range(3):
+        kv.write_row(slot, 0, *(torch.randn(300, 4, 32, generator=g) for _ in "kv"))
+    q, k, v = (torch.randn(3, h, 32, generator=g) for h in (8, 4, 4))
+    parts, spans = kv.parts, [(2, 10, 200), (0, 0, 1), (1, 37, 300)]
+    slots, lows, highs = (list(column) for column in zip(*spans))
+    got = op(
+        q,
+        k,
+        v,
+        *(parts[n] for n in ("k", "k_scale", "v", "v_scale")),
+        parts.get("v_min", torch.empty(0)),
+        slots,
+        lows,
+        highs,
+    )
+    for i, (slot, low, high) in enumerate(spans):
+        keys, values = (t[0].double().repeat_interleave(2, dim=0) for t in kv.read(slot, low, high))
+        weights = torch.softmax(q[i].double()[:, None] @ keys.transpose(1, 2) / 32**0.5, dim=-1)
+        assert (got[i].double() - (weights @ values)[:, 0]).abs().max() <= 1e-6 * values.abs().max()

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from strata_engine.model.attention import aten_row, attend_row
+from strata_engine.model.kv_cache import LayerKV
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.native import build, choice, chunk_attention
+from strata_engine.runtime.native import build, choice, chunk_attention, quant_decode_attention
 from strata_engine.server.run import ready_line
 
 from helpers import native_op_or_skip
@@ -80,6 +81,33 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
         kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
     )
     assert asked == []
+
+
+def _quantized_rows(model, fmt: str = "k8v4"):
+    """A quantized cache and two decode rows over it: (q, k, v, kv, spans) as the model's hook takes them."""
+    c = model.config
+    kv = LayerKV(2, c.num_kv_heads, 64, c.head_dim, torch.float32, "cpu", c.sliding_window, fmt)
+    g = torch.Generator().manual_seed(0)
+    for slot in range(2):
+        kv.write_row(slot, 0, *(torch.randn(64, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2)))
+    q, k, v = (torch.randn(2, h, c.head_dim, generator=g) for h in (c.num_heads, c.num_kv_heads, c.num_kv_heads))
+    return q, k, v, kv, [(0, 0, 40), (1, 10, 64)]
+
+
+@pytest.mark.parametrize("native_s, path", [(2e-3, "aten"), (5e-4, "native")])
+def test_the_quantized_decode_op_serves_where_it_measures_faster_with_a_quantized_cache(
+    model, monkeypatch, native_s, path
+):
+    native_op_or_skip(quant_decode_attention.native_quant_decode_attention, "quantized decode attention")
+    fake_clock(monkeypatch, native_s=native_s, aten_s=1e-3)
+    assert "quantized decode attention" not in choice.choose(model, 4, 1, decode=False)  # a float32 cache
+    kernels = choice.choose(model, 4, 1, decode=False, kv_dtype="k8v4")
+    assert kernels["quantized decode attention"]["path"] == path
+    assert f"{native_s / 1e-3:.2f}x ATen's time" in kernels["quantized decode attention"]["why"]
+    hook = model.layers[0].self_attn.decode_attention
+    assert hook is quant_decode_attention.attend_decode
+    assert (hook(*_quantized_rows(model)) is None) == (path == "aten")  # None: the dequantized window and ATen
+    assert f"quantized-decode-attention:{path}" in ready_line("http://127.0.0.1:1", kernels)
 
 
 def test_the_engine_reports_its_kernels(monkeypatch, tmp_path):

@@ -1,10 +1,11 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
 Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
-`MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
+`Attention.decode_attention`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
 machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
 paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
-(chunk attention, routed experts, and with `decode` the compiled step's decode attention), the path that
+(chunk attention, routed experts, with `decode` the compiled step's decode attention, and with a q8 or k8v4
+`kv_dtype` the quantized decode attention), the path that
 serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
@@ -25,9 +26,11 @@ from contextlib import contextmanager
 import torch
 
 from ...kernel_switches import kernel_mode, native_march
-from ...model.attention import aten_row, attend_row
+from ...model.attention import aten_row, attend_row, cached_row, decode_span
+from ...model.kv_cache import LayerKV
+from ...model.rows import Row
 from ...model.transformer import Attention, MoE
-from . import build, chunk_attention, decode_attention, routed_experts
+from . import build, chunk_attention, decode_attention, quant_decode_attention, routed_experts
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
@@ -127,6 +130,37 @@ def _decode_arms(model, batch: int, name: str):
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 
+def _quant_decode_arms(model, batch: int, name: str):
+    """The quantized decode op against write_row, the dequantized window and ATen's attention, q8 and k8v4
+    each (one verdict for both): the batch's rows up to 8, each writing its key and value and attending,
+    early and past the window."""
+    c = model.config
+    window, rows = c.sliding_window, min(batch, 8)
+    past = (window or 1948) + 100
+    g = torch.Generator().manual_seed(0)
+    arms = []
+    for fmt in ("q8", "k8v4"):
+        for base in (100, past):
+            kv = LayerKV(rows, c.num_kv_heads, base + 3 * rows + 1, c.head_dim, torch.float32, "cpu", window, fmt)
+            at = [Row(s, s, 1, base + 3 * s, base + 3 * s, True) for s in range(rows)]
+            for row in at:
+                keys, values = (torch.randn(row.last, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
+                kv.write_row(row.slot, 0, keys, values)
+            q = torch.randn(rows, c.num_heads, c.head_dim, generator=g)
+            k, v = (torch.randn(rows, c.num_kv_heads, c.head_dim, generator=g) for _ in range(2))
+            spans = [decode_span(row, window) for row in at]
+
+            def aten(q=q, k=k, v=v, kv=kv, at=at):
+                for i, row in enumerate(at):
+                    kv.write_row(row.slot, row.first, k[i : i + 1], v[i : i + 1])
+                return [cached_row(q[i : i + 1], torch.tensor([r.last]), kv, r, window, None) for i, r in enumerate(at)]
+
+            arms.append(
+                (lambda q=q, k=k, v=v, kv=kv, s=spans: quant_decode_attention.attend_decode(q, k, v, kv, s), aten)
+            )
+    return arms, f"{rows} decode rows of q8 and k8v4 at ~100 and ~{past}"
+
+
 # label -> (switch, op name in build.py, accessor, source, arms)
 OPS = {
     "chunk attention": (
@@ -150,6 +184,13 @@ OPS = {
         decode_attention._SOURCE,
         _decode_arms,
     ),
+    "quantized decode attention": (
+        quant_decode_attention.ENV,
+        "strata_quant_decode_attention",
+        quant_decode_attention.native_quant_decode_attention,
+        quant_decode_attention._SOURCE,
+        _quant_decode_arms,
+    ),
 }
 
 
@@ -159,6 +200,7 @@ def install(model) -> None:
     for module in model.modules():
         if isinstance(module, Attention):
             module.chunk_attention = chunk_attention.attend_chunk
+            module.decode_attention = quant_decode_attention.attend_decode
         elif isinstance(module, MoE):
             module.routed_experts = routed_experts.run_routed
     first = next(model.parameters())
@@ -171,7 +213,8 @@ def install(model) -> None:
 def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str | None = None) -> dict[str, dict]:
     """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
     contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
-    aten_ms}. The attention ops read float32 caches: with another KV format (`kv_dtype`) ATen's paths serve."""
+    aten_ms}. The compiled step's decode op reads a float32 cache: with another KV format (`kv_dtype`) ATen's path
+    serves it; the chunk op reads the float32 window `LayerKV.read` returns, whatever the format."""
     install(model)
     chosen: dict[str, dict] = {}
     cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
@@ -182,9 +225,13 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
             continue
         if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
             continue
+        if label == "quantized decode attention" and not (
+            cpu_f32 and kv_dtype in ("q8", "k8v4") and model.config.head_dim in (32, 64, 128)
+        ):
+            continue
         build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
-        if kv_dtype not in (None, "f32") and label in ("chunk attention", "decode attention"):
+        if kv_dtype not in (None, "f32") and label == "decode attention":
             verdict = {"path": "aten", "why": f"kv {kv_dtype}: the op reads float32 caches"}
         elif mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
@@ -194,9 +241,7 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
             verdict = {"path": "native", "why": f"{env}=1"}
         else:
             # raced on the default layout's 256-token chunks whatever this engine's chunk: one verdict a machine
-            verdict = _verdict(
-                label, name, source, arms_of, model, batch if label == "decode attention" else RACE_CHUNK, threads
-            )
+            verdict = _verdict(label, name, source, arms_of, model, batch if "decode" in label else RACE_CHUNK, threads)
         build.serve(name, verdict["path"])
         chosen[label] = {**verdict, "march": native_march()}
         print(f"strata-engine: {label}: {verdict['path']} serves ({verdict['why']})", file=sys.stderr)
