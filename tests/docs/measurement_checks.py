@@ -154,6 +154,9 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
         MINUTES + " (the interleave run above checks the script; the slow suite runs answers)"
     ),
+    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target strata='strata-engine serve --layout plain' -- --against strata_verify/golden/reference-cpu.json": Skip(
+        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
+    ),
     ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
         "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
     ),
@@ -186,6 +189,14 @@ CHECKS: dict[str, object] = {
     # docs/measurements/kv-formats.md
     ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1": Run(
         ((r"--threads 1$", "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1"),)
+    ),
+    ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --positions 2048,131000 --far 4096 --rounds 4": Run(
+        (
+            (
+                r"--positions 2048,131000 --far 4096 --rounds 4$",
+                "--positions 1100,3000 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1",
+            ),
+        )
     ),
     ".venv/bin/strata-verify kv-quality --kv-dtype q8": Run(),
     ".venv/bin/strata-verify kv-quality --kv-dtype k8v4": Run(),

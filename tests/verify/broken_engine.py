@@ -30,7 +30,7 @@ import sys
 
 # Where each patched function lives: a bug whose function moved fails to start, naming this table.
 TARGETS = {
-    "prefix-attention": ("strata_engine.model.transformer.attend_row",),
+    "prefix-attention": ("strata_engine.model.attention.attend_row",),
     "piece-start": ("strata_engine.scheduler.plans.next_read_chunks",),
     "corrupt-token": ("strata_engine.executors.torch_executor.TorchExecutor._deliver",),
     "resume-offset": ("strata_engine.scheduler.scheduler.Scheduler._start",),
