@@ -249,6 +249,10 @@ def main() -> None:
     r["seconds_best"], r["seconds_median"] = best, {name: statistics.median(v) for name, v in samples.items()}
     r["greedy_tokens_equal_llama"] = greedy["llama"][: len(greedy["ours"])] == greedy["ours"] if llama else None
     r["compiled_tokens_equal_eager"] = greedy["ours_compiled"] == greedy["ours"] if args.compile else None
+    if args.compile:  # where they part: a near-tie flipped by last bits shows as one late token
+        pairs = list(zip(greedy["ours_compiled"], greedy["ours"]))
+        r["compiled_tokens_first_difference"] = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        r["compiled_tokens_compared"] = len(pairs)
     r["compile_s"] = {f"b{b}_t{t}": round(c.compile_s, 1) for (b, t), (_, c) in COMPILED.items()}
     work = {
         "prefill": len(prompt),
@@ -333,7 +337,13 @@ def render(r: dict, args) -> str:
         lines.append(f"greedy tokens of decode row 0 equal llama.cpp's: {r['greedy_tokens_equal_llama']}")
     if r["compiled_tokens_equal_eager"] is not None:
         lines.append(
-            f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}; "
+            f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}"
+            + (
+                f" (the first of {r['compiled_tokens_compared']} that differs: token {r['compiled_tokens_first_difference']})"
+                if r.get("compiled_tokens_first_difference") is not None
+                else ""
+            )
+            + "; "
             f"compile seconds per (batch, threads): {r['compile_s']}"
         )
     return "\n".join(lines)

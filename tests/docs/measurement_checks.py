@@ -35,6 +35,13 @@ CHECKS: dict[str, object] = {
         "a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"
     ),
     # docs/measurements/bench-model.md
+    ".venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx512.json": Skip(
+        "the same script as the command above (which runs it at one repeat), at five repeats"
+    ),
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx2.json": Skip(
+        "builds the native ops again at -march=x86-64-v3; the command above runs the script, "
+        "tests/engine/test_native_isa_levels.py the levels"
+    ),
     ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(
         ((r"--repeats 7", "--repeats 1"),)
     ),
