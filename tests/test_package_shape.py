@@ -190,6 +190,17 @@ def test_the_layer_check_catches_an_arrow_up_and_one_across():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
+def absolute_imports(path: Path) -> list[str]:
+    """Every absolute module name `path` imports, at module level or inside a function."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
 def test_the_scheduler_and_the_config_groups_import_no_torch():
     """scheduler/ is pure Python, and so are the config groups (config.py, runtime_config.py: the torch
     runtime's knobs are plain values): none of them imports torch, at module level or inside a function."""
@@ -197,15 +208,7 @@ def test_the_scheduler_and_the_config_groups_import_no_torch():
     pure |= {n: ROOT / f"{n.rsplit('.', 1)[1]}.py" for n in ("strata_engine.config", "strata_engine.runtime_config")}
     bad = []
     for name, path in pure.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )
-            bad += [f"{name} imports {n}" for n in names if n.split(".")[0] == "torch"]
+        bad += [f"{name} imports {n}" for n in absolute_imports(path) if n.split(".")[0] == "torch"]
     assert len(pure) > 10 and not bad, "\n".join(bad)
 
 
@@ -240,16 +243,7 @@ def test_the_shared_client_and_the_engine_stay_below_the_tools():
     bad = []
     for package, forbidden in ((strata_engine, ("strata_bench", "strata_verify")), (strata_bench, ("strata_verify",))):
         for name, path in modules(Path(package.__file__).parent).items():
-            tree = ast.parse(path.read_text())
-            for node in ast.walk(tree):
-                names = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom) and not node.level
-                    else []
-                )
-                bad += [f"{name} imports {n}" for n in names if n.split(".")[0] in forbidden]
+            bad += [f"{name} imports {n}" for n in absolute_imports(path) if n.split(".")[0] in forbidden]
     for name, imported in package_graph(strata_bench).items():
         if name.startswith("strata_bench.engines"):
             bad += [
