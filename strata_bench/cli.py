@@ -24,6 +24,7 @@ from .results import ResultsDir, ResultsError
 from .runner import BenchConfig, run_bench, start_or_resume
 from .scenarios import ScenarioError, available_scenarios, load_scenario, parse_scenario_list
 from .tables import render
+from .timeline import render_timeline_md, request_timeline
 
 
 def bench_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -183,6 +184,13 @@ def demo(**opts: Any) -> None:
     help="markdown: the medians tables alone, with each arm's median ratio to the baseline and the CPU the runs "
     "were made on (the tables a page in docs/measurements/ renders from kept runs)",
 )
+@click.option(
+    "--requests",
+    "requests_of",
+    metavar="SCENARIO",
+    help="instead of the tables: per run, when each of SCENARIO's joiners was sent and got its first token "
+    "(markdown), to see whether one joiner waited for another's read",
+)
 def report(
     directory: Path,
     fmt: str,
@@ -191,14 +199,18 @@ def report(
     output: Path | None,
     seed: int,
     brief: bool,
+    requests_of: str | None,
 ) -> None:
     """Tables from a bench directory's JSON alone: median (min-max) per metric and arm, pair counts, p-values."""
     try:
-        text = render(
-            build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline, seed=seed),
-            fmt,
-            brief,
-        )
+        if requests_of is not None:
+            text = render_timeline_md(request_timeline(ResultsDir(directory), requests_of))
+        else:
+            text = render(
+                build_report(ResultsDir(directory), pause_threshold_s=pause_threshold, baseline=baseline, seed=seed),
+                fmt,
+                brief,
+            )
     except (ResultsError, ReportError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if output:
