@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from strata_verify import independent
 from strata_verify.answers import LOGPROB_TOL, AnswersOptions, run_answers
-from strata_verify.cli.common import load_or_fail, output_options, run_check, target
+from strata_verify.cli.common import against_option, load_answers, output_options, run_check, target
 from strata_verify.report import Report
 from strata_verify.requests import default_engine_command
 
@@ -19,14 +17,7 @@ from strata_verify.requests import default_engine_command
     "--engine", help="Engine command line (a fresh engine per phase) [default: the interleave check's at --scale 0.05]."
 )
 @click.option("--url", help="URL of a running server instead (both phases share it: not fresh).")
-@click.option(
-    "--against",
-    "against_path",
-    type=click.Path(dir_okay=False),
-    default=str(independent.GOLDEN),
-    show_default=True,
-    help="Independent answers file (scripts/make_independent_answers.py).",
-)
+@against_option("Independent answers file (scripts/make_independent_answers.py).")
 @click.option(
     "--logprob-tol",
     type=float,
@@ -43,16 +34,7 @@ def answers(engine, url, against_path, logprob_tol, timeout, near_tie, start_tim
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     report = Report(meta={"check": "answers", "against": against_path})
-    reference, expected = load_or_fail(
-        independent.load,
-        against_path,
-        "answers",
-        f"against {Path(against_path).name}",
-        report,
-        markdown,
-        junit_path,
-        json_path,
-    )
+    reference, expected = load_answers(against_path, "answers", report, markdown, junit_path, json_path)
     needed = max(len(e.prompt) for e in expected) + int(reference["max_tokens"]) + 1  # the longest answer's context
     where = target(engine, url, default_engine_command(0.05, needed), start_timeout)
     report.meta["engine"] = where.describe()

@@ -4,14 +4,12 @@ NAME=COMMAND or NAME=URL; two at least, the first the reference."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import click
 
-from strata_verify import independent
 from strata_verify.answers import AnswersOptions
 from strata_verify.builds import run_builds
-from strata_verify.cli.common import load_or_fail, output_options, progress, run_check
+from strata_verify.cli.common import against_option, load_answers, output_options, progress, run_check
 from strata_verify.determinism import DeterminismOptions
 from strata_verify.engine_proc import Target
 from strata_verify.interleave.check import InterleaveOptions
@@ -54,14 +52,7 @@ def _build_targets(values: tuple[str, ...], start_timeout: float) -> list[Target
 @click.option("--tokens", type=int, default=64, show_default=True, help="Tokens per determinism answer.")
 @click.option("--interleave-tokens", type=int, default=16, show_default=True, help="Tokens C, D and E generate.")
 @click.option("--only", type=click.Choice(["interleave", "determinism", "answers"]), help="Run one check only.")
-@click.option(
-    "--against",
-    "against_path",
-    type=click.Path(dir_okay=False),
-    default=str(independent.GOLDEN),
-    show_default=True,
-    help="Independent answers every build must match (the answers check).",
-)
+@against_option("Independent answers every build must match (the answers check).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds any one wait may take.")
 @output_options
 def builds(
@@ -96,16 +87,7 @@ def builds(
     def check():  # the independent answers are read after the progress line, and their error ends the run here
         answers = None
         if only in (None, "answers"):
-            reference, expected = load_or_fail(
-                independent.load,
-                against_path,
-                "answers",
-                f"against {Path(against_path).name}",
-                report,
-                markdown,
-                junit_path,
-                json_path,
-            )
+            reference, expected = load_answers(against_path, "answers", report, markdown, junit_path, json_path)
             answers = (reference, expected, AnswersOptions(near_tie=near_tie, phase_timeout=timeout))
         return run_builds(
             targets,

@@ -1,6 +1,7 @@
 """What every `strata-verify` subcommand shares: the output options, the target (an engine command or a URL),
 `run_check`, which runs a check into the report, `load_or_fail`, which reads a manifest or answers file or
-ends the run with one FAIL step naming what is wrong with it, and `finish`, which prints the report as text
+ends the run with one FAIL step naming what is wrong with it (`--against` and `load_answers` for the
+independent answers), and `finish`, which prints the report as text
 or markdown, writes JUnit and JSON, and exits with its status.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from strata_verify import junit
+from strata_verify import independent, junit
 from strata_verify.client import GateError
 from strata_verify.diverge import NEAR_TIE
 from strata_verify.engine_proc import Target
@@ -44,6 +45,37 @@ def output_options(fn):
         help="Top-2 logprob margin under which a difference is named a near-tie.",
     )(fn)
     return fn
+
+
+def against_option(help: str):
+    """`--against PATH`: the independent answers file (scripts/make_independent_answers.py), the embedded one
+    by default."""
+    return click.option(
+        "--against",
+        "against_path",
+        type=click.Path(dir_okay=False),
+        default=str(independent.GOLDEN),
+        show_default=True,
+        help=help,
+    )
+
+
+def load_answers(
+    against_path: str, check: str, report: Report, markdown: bool, junit_path: str | None, json_path: str | None
+) -> tuple[dict, list]:
+    """The independent answers (reference, expected) at `against_path`, or the run ends with `check`'s FAIL step
+    naming what is wrong with the file."""
+    reference, expected = load_or_fail(
+        independent.load,
+        against_path,
+        check,
+        f"against {Path(against_path).name}",
+        report,
+        markdown,
+        junit_path,
+        json_path,
+    )
+    return reference, expected
 
 
 def target(engine: str | None, url: str | None, default: str, start_timeout: float) -> Target:

@@ -3,26 +3,17 @@ float32 cache, in process (kv_quality.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from strata_verify import independent
-from strata_verify.cli.common import load_or_fail, run_check
+from strata_verify.cli.common import against_option, load_answers, run_check
 from strata_verify.kv_quality import THRESHOLDS, run_kv_quality
 from strata_verify.report import Report
 
 
 @click.command("kv-quality")
 @click.option("--kv-dtype", "kv_dtype", type=click.Choice(sorted(THRESHOLDS)), required=True, help="The KV format.")
-@click.option(
-    "--against",
-    "against_path",
-    type=click.Path(dir_okay=False),
-    default=str(independent.GOLDEN),
-    show_default=True,
-    help="Independent answers file: its prompts and float64 answers are what is read.",
-)
+@against_option("Independent answers file: its prompts and float64 answers are what is read.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="torch threads.")
 @click.option("--markdown", is_flag=True, help="Print markdown (for a PR comment) instead of text.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write JUnit XML for CI.")
@@ -30,16 +21,7 @@ from strata_verify.report import Report
 def kv_quality(kv_dtype, against_path, threads, markdown, junit_path, json_path):
     """A KV format against a float32 cache on the embedded model: top-1, KL, logprobs (docs/VERIFY.md)."""
     report = Report(meta={"check": "kv-quality", "kv_dtype": kv_dtype, "against": against_path})
-    reference, expected = load_or_fail(
-        independent.load,
-        against_path,
-        "kv-quality",
-        f"against {Path(against_path).name}",
-        report,
-        markdown,
-        junit_path,
-        json_path,
-    )
+    reference, expected = load_answers(against_path, "kv-quality", report, markdown, junit_path, json_path)
     report.meta["expected"] = independent.made_by(reference)
 
     def check():
