@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,12 @@ class ResultsDir:
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         write_json(self.meta_path, {"schema": SCHEMA, **meta})
+
+    def start(self, config: dict[str, Any], plan: list[str], provenance: dict[str, Any]) -> dict[str, Any]:
+        """A new bench here: meta.json with a fresh nonce, the config, the plan's run ids and the provenance."""
+        meta = {"nonce": secrets.token_hex(8), "config": config, "plan": plan, "provenance": provenance}
+        self.write_meta(meta)
+        return meta
 
     def read_meta(self) -> dict[str, Any]:
         if not self.exists():

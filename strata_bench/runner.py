@@ -8,7 +8,6 @@ leaves every finished run on disk; `resume` runs only what the directory does no
 
 from __future__ import annotations
 
-import secrets
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -112,14 +111,7 @@ def start_or_resume(config: BenchConfig, out: ResultsDir, argv: list[str], resum
         return meta
     if resume and out.path.exists() and any(out.path.iterdir()):
         raise ResultsError(f"--resume: {out.path} has no meta.json, so it is not a bench directory")
-    meta = {
-        "nonce": secrets.token_hex(8),
-        "config": config.to_dict(),
-        "plan": [k.id for k in config.plan()],
-        "provenance": collect(argv),
-    }
-    out.write_meta(meta)
-    return meta
+    return out.start(config.to_dict(), [k.id for k in config.plan()], collect(argv))
 
 
 def run_bench(config: BenchConfig, out: ResultsDir, meta: dict[str, Any], progress: Progress) -> dict[str, int]:

@@ -9,7 +9,6 @@ are computed from it by load_report.py, never from live state. A failed run is r
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 import traceback
 from dataclasses import dataclass
@@ -75,14 +74,7 @@ class LoadConfig:
 def start(config: LoadConfig, out: ResultsDir, argv: list[str]) -> dict[str, Any]:
     if out.exists():
         raise ResultsError(f"{out.path} already holds a bench; choose another --out")
-    meta = {
-        "nonce": secrets.token_hex(8),
-        "config": config.to_dict(),
-        "plan": [k.id for k in config.plan()],
-        "provenance": collect(argv),
-    }
-    out.write_meta(meta)
-    return meta
+    return out.start(config.to_dict(), [k.id for k in config.plan()], collect(argv))
 
 
 def run_all(config: LoadConfig, out: ResultsDir, say: Callable[[str], None]) -> dict[str, int]:
