@@ -17,3 +17,6 @@ extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 $PIP install -q -e ".${extras}"
 echo "strata installed in $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+# The native ops for this CPU, built now (side by side, once per machine and source) rather than by the first
+# `strata-engine serve`; a failed build is said and the engine serves ATen's path for that op.
+"$VENV/bin/python" -m strata_engine.runtime.native || echo "WARNING: the native ops did not build; ATen's paths will serve" >&2

@@ -127,18 +127,31 @@ def source_tag(source: str) -> str:
     return hashlib.sha256((PREAMBLE + source).encode()).hexdigest()[:8]
 
 
-def _build(name: str, source: str, function: str, fallback: str, env: str, march: str):
+def module_name(name: str, source: str, march: str) -> str:
+    """The op's name in torch's extension cache: its level, this CPU's flags and its source, hashed."""
     level = "" if march == "native" else f"_{march.replace('-', '_').replace('.', '_')}"
-    module_name = f"{name}{level}_{machine_tag()}_{source_tag(source)}"
+    return f"{name}{level}_{machine_tag()}_{source_tag(source)}"
+
+
+def is_built(name: str, source: str, march: str) -> bool:
+    """Whether the op's library for this level, CPU and source is already in torch's extension cache."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    module = module_name(name, source, march)
+    return os.path.exists(os.path.join(_get_build_directory(module, verbose=False), f"{module}.so"))
+
+
+def _build(name: str, source: str, function: str, fallback: str, env: str, march: str):
+    library = module_name(name, source, march)
     began = time.monotonic()
     try:
         from torch.utils.cpp_extension import _get_build_directory, _import_module_from_library
 
-        build_dir = _get_build_directory(module_name, verbose=False)
-        fresh = not os.path.exists(os.path.join(build_dir, f"{module_name}.so"))
+        build_dir = _get_build_directory(library, verbose=False)
+        fresh = not os.path.exists(os.path.join(build_dir, f"{library}.so"))
         if not fresh:  # built before: import it, without torch's build lock (one a killed process left would hang us)
             try:
-                return getattr(_import_module_from_library(module_name, build_dir, True), function)
+                return getattr(_import_module_from_library(library, build_dir, True), function)
             except (ImportError, AttributeError, OSError):
                 fresh = True  # a partial build: build it again
         _clear_stale_lock(build_dir)
@@ -149,7 +162,7 @@ def _build(name: str, source: str, function: str, fallback: str, env: str, march
                 file=sys.stderr,
                 flush=True,
             )
-        module = _load_showing_warnings(module_name, PREAMBLE + source, march)
+        module = _load_showing_warnings(library, PREAMBLE + source, march)
         if fresh:
             print(
                 f"strata-engine: built the native {function.replace('_', ' ')} in {time.monotonic() - began:.0f} s",

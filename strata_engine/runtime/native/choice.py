@@ -31,6 +31,7 @@ from ...model.kv_cache import LayerKV
 from ...model.rows import Row
 from ...model.transformer import Attention, MoE
 from . import build, chunk_attention, decode_attention, quant_decode_attention, routed_experts
+from .prebuild import build_missing
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
 RACE_CHUNK = 256  # prompt tokens a raced chunk (and rows of the experts' race)
@@ -210,28 +211,35 @@ def install(model) -> None:
         routed_experts.native_routed_experts()
 
 
+def wanted(model, decode: bool, kv_dtype: str | None) -> list[str]:
+    """The labels of the ops this model takes: the decode ops only where `decode` (the compiled step's decode
+    op) or a quantized `kv_dtype` asks for them, the attention ops for the head sizes they are written for."""
+    cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
+    heads = model.config.head_dim in (32, 64, 128)
+    takes = {
+        "chunk attention": cpu_f32 and heads,
+        "routed experts": bool(getattr(model.config, "num_experts", 0)),
+        "decode attention": decode,
+        "quantized decode attention": cpu_f32 and heads and kv_dtype in ("q8", "k8v4"),
+    }
+    return [label for label in OPS if takes[label]]
+
+
 def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str | None = None) -> dict[str, dict]:
     """Install the model's hooks, then decide the serving path of each op the model uses (see the module's
     contract): per op label {"path": "native" | "aten", "why": ..., "march": ..., and where measured native_ms /
     aten_ms}. The compiled step's decode op reads a float32 cache: with another KV format (`kv_dtype`) ATen's path
     serves it; the chunk op reads the float32 window `LayerKV.read` returns, whatever the format."""
+    labels = wanted(model, decode, kv_dtype)
+    quantized = kv_dtype not in (None, "f32")  # then ATen's path serves the float32 decode op, unbuilt
+    build_missing([OPS[label][:4] for label in labels if not (quantized and label == "decode attention")])
     install(model)
     chosen: dict[str, dict] = {}
-    cpu_f32 = next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
-    for label, (env, name, accessor, source, arms_of) in OPS.items():
-        if label == "decode attention" and not decode:
-            continue
-        if label == "routed experts" and not getattr(model.config, "num_experts", 0):
-            continue
-        if label == "chunk attention" and not (cpu_f32 and model.config.head_dim in (32, 64, 128)):
-            continue
-        if label == "quantized decode attention" and not (
-            cpu_f32 and kv_dtype in ("q8", "k8v4") and model.config.head_dim in (32, 64, 128)
-        ):
-            continue
+    for label in labels:
+        env, name, accessor, source, arms_of = OPS[label]
         build.serve(name, "native")  # the op itself while it is built and raced
         mode = kernel_mode(env)
-        if kv_dtype not in (None, "f32") and label == "decode attention":
+        if quantized and label == "decode attention":
             verdict = {"path": "aten", "why": f"kv {kv_dtype}: the op reads float32 caches"}
         elif mode == "aten":
             verdict = {"path": "aten", "why": f"{env}=0"}
