@@ -3,6 +3,9 @@
 
   engine.py, byte_model.py  the in-process fake: `Engine`'s Python API over a byte model, under the real
                             HTTP server (tests/engine's server tests)
+  http_engine.py            the HTTP fake: a whole server process on docs/API.md with the faults the gate
+                            must catch (tests/verify); parts in answers.py, http_state.py,
+                            http_completions.py, http_flags.py
   scheduler.py              the scheduler's doubles: a virtual clock, a recording executor, a harness
 
 strata_bench.synthetic is not here: it is the bench's own product (`python -m strata_bench.synthetic`,
