@@ -6,6 +6,7 @@
   http_engine.py            the HTTP fake: a whole server process on docs/API.md with the faults the gate
                             must catch (tests/verify); parts in answers.py, http_state.py,
                             http_completions.py, http_flags.py
+  broken_engine.py          the real strata-engine with one planted bug (tests/verify's slow gate tests)
   scheduler.py              the scheduler's doubles: a virtual clock, a recording executor, a harness
 
 strata_bench.synthetic is not here: it is the bench's own product (`python -m strata_bench.synthetic`,

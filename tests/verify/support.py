@@ -23,6 +23,11 @@ def fake(*flags: str) -> str:
     return " ".join([PY, shlex.quote(str(FAKES / "http_engine.py")), *flags])
 
 
+def planted(bug: str) -> str:
+    """Command line of strata-engine with one planted bug (tests/fakes/broken_engine.py); its arguments follow."""
+    return f"{PY} {shlex.quote(str(FAKES / 'broken_engine.py'))} --bug {bug} --"
+
+
 def proxied(mode_flags: str, *engine_flags: str) -> str:
     """Command line of the fault proxy in front of the HTTP fake engine."""
     return f"{PY} {shlex.quote(str(HERE / 'fault_proxy.py'))} {mode_flags} -- {fake(*engine_flags)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .broken_engine import TARGETS, _resolve
+from fakes.broken_engine import TARGETS, _resolve
 
 
 @pytest.mark.parametrize("bug", sorted(TARGETS))
