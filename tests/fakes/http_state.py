@@ -65,6 +65,18 @@ class Fake:
         async with self.new_event:
             self.new_event.notify_all()
 
+    async def emit_piece(self, job: Job, tokens: int, decode_ms: float) -> None:
+        """A PIECE event: `tokens` read, then `decode_ms` of decoding (the decode steps that fit in it)."""
+        await self.emit(
+            "PIECE",
+            job.request_id,
+            tokens=tokens,
+            tokens_read=job.tokens_read,
+            read_ms=tokens * self.args.read_ms_per_token,
+            decode_ms=decode_ms,
+            decode_steps=int(decode_ms // self.args.decode_ms) if decode_ms else 0,
+        )
+
     async def read_loop(self) -> None:
         while True:
             await self.wake.wait()
@@ -86,15 +98,7 @@ class Fake:
             if not self.args.piece or job.tokens_read >= len(job.prompt):
                 break
             await asyncio.sleep(self.args.decode_budget_ms / 1000)  # the decode budget after a piece
-            await self.emit(
-                "PIECE",
-                job.request_id,
-                tokens=tokens,
-                tokens_read=job.tokens_read,
-                read_ms=tokens * self.args.read_ms_per_token,
-                decode_ms=self.args.decode_budget_ms,
-                decode_steps=int(self.args.decode_budget_ms // self.args.decode_ms),
-            )
+            await self.emit_piece(job, tokens, self.args.decode_budget_ms)
             taker = next((w for w in self.waiting if 2 * len(w.prompt) < len(job.prompt)), None)
             if taker is not None and not self.args.no_yield:
                 self.waiting.remove(taker)
@@ -109,15 +113,7 @@ class Fake:
                 await self.emit("RESUME", job.request_id, tokens_read=job.tokens_read)
         if self.args.piece and len(job.prompt) > 0:
             last = len(job.prompt) - (len(job.prompt) - 1) // piece * piece
-            await self.emit(
-                "PIECE",
-                job.request_id,
-                tokens=last,
-                tokens_read=job.tokens_read,
-                read_ms=last * self.args.read_ms_per_token,
-                decode_ms=0.0,
-                decode_steps=0,
-            )
+            await self.emit_piece(job, last, 0.0)
         await self.emit(
             "READ_DONE",
             job.request_id,
