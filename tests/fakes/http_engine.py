@@ -40,13 +40,13 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: the package's modules import as `fakes.*` from tests/
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-import uvicorn  # noqa: E402
-from fastapi import FastAPI  # noqa: E402
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse  # noqa: E402
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from fakes import http_flags  # noqa: E402
-from fakes.http_completions import add_completions  # noqa: E402
-from fakes.http_state import Fake  # noqa: E402
+from fakes import http_flags
+from fakes.http_completions import add_completions
+from fakes.http_state import Fake
 
 
 def build_app(args: argparse.Namespace) -> FastAPI:

@@ -4,7 +4,6 @@ in the fast tests, instead of in the slow gate tests that start the broken engin
 from __future__ import annotations
 
 import pytest
-
 from fakes.broken_engine import TARGETS, _resolve
 
 
