@@ -15,7 +15,7 @@ import pytest
 from strata_engine import SamplingParams
 from strata_engine.engine import Engine
 
-from fake_engine import FakeEngine
+from fakes.engine import FakeEngine
 from server_helpers import serving
 from tokens_equal import assert_tokens_equal
 

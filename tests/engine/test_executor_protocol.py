@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 
-from fakes import TEST_PROFILE, FakeClock, RecordingExecutor
+from fakes.scheduler import TEST_PROFILE, FakeClock, RecordingExecutor
 from strata_engine.executors.sim import SimExecutor
 from strata_engine.executors.torch_executor import TorchExecutor
 from strata_engine.scheduler.prompt_cache import NoPrefixCache, PrefixCopies

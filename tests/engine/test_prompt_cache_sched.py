@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import PIPED, Harness
+from fakes.scheduler import PIPED, Harness
 from strata_engine.scheduler.request import Phase, Request
 from strata_engine.scheduler.scheduler import Scheduler
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fakes import PIPED, Harness, K, longest_stream_gap, stop_streams_after, streams
+from fakes.scheduler import PIPED, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.scheduler.request import Phase
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import PIPED, TEST_PROFILE, Harness, K, longest_stream_gap, stop_streams_after, streams
+from fakes.scheduler import PIPED, TEST_PROFILE, Harness, K, longest_stream_gap, stop_streams_after, streams
 from strata_engine.config import SchedulerConfig
 from strata_engine.events import EventLog
 from strata_engine.scheduler.scheduler import Scheduler

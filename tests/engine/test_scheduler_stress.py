@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fakes import Harness
+from fakes.scheduler import Harness
 from strata_engine.executors.sim.profile import CostProfile
 
 CHEAP = CostProfile(

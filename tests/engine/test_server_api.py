@@ -1,5 +1,5 @@
 """The HTTP API (docs/API.md) over a real uvicorn server, driven by the `openai` client and raw httpx,
-against the fake engine (tests/engine/fake_engine.py): formats, streaming, errors, auth, events,
+against the fake engine (tests/fakes/engine.py): formats, streaming, errors, auth, events,
 metrics, disconnects. The same checks against the real engine are in test_server_engine.py."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from fake_engine import FakeEngine
+from fakes.engine import FakeEngine
 
 from strata_engine.params import SamplingParams
 from server_helpers import metric, serving

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from fake_engine import FakeEngine
+from fakes.engine import FakeEngine
 from server_helpers import serving
 
 LIMIT = 16 * 1024

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from fake_engine import FakeEngine
+from fakes.engine import FakeEngine
 
 from strata_engine.params import SamplingParams
 from server_helpers import metric, serving, wait_for

@@ -13,7 +13,7 @@ import pytest
 
 from strata_engine.server.run import bind
 
-from fake_engine import FakeEngine
+from fakes.engine import FakeEngine
 from server_helpers import serving
 
 

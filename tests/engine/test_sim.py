@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from fakes import TEST_PROFILE, FakeClock
+from fakes.scheduler import TEST_PROFILE, FakeClock
 from strata_engine.scheduler.request import Phase, Request
 from strata_engine.executors.sim import SimExecutor
 from strata_engine.executors.sim.profile import CostProfile, available_profiles, load_profile

@@ -4,8 +4,7 @@ in the fast tests, instead of in the slow gate tests that start the broken engin
 from __future__ import annotations
 
 import pytest
-
-from .broken_engine import TARGETS, _resolve
+from fakes.broken_engine import TARGETS, _resolve
 
 
 @pytest.mark.parametrize("bug", sorted(TARGETS))

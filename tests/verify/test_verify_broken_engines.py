@@ -1,4 +1,4 @@
-"""The gate against the real engine with one realistic bug patched in (broken_engine.py): each bug
+"""The gate against the real engine with one realistic bug patched in (tests/fakes/broken_engine.py): each bug
 fails the gate with a message naming the check and the request; the unmodified engine passes.
 
 Slow: each test starts real engines on the bundled tiny model (CPU) at CI scale.
@@ -7,13 +7,12 @@ Slow: each test starts real engines on the bundled tiny model (CPU) at CI scale.
 from __future__ import annotations
 
 import re
-import shlex
 
 import pytest
 
 from strata_verify.requests import default_engine_command
 
-from .support import HERE, PY, verify
+from .support import planted, verify
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +25,7 @@ PIECES = default_engine_command(CI_SCALE, needed_ctx=4096)
 def broken(bug: str) -> str:
     """The default CI engine command with `strata-engine` replaced by the broken engine, on thread stages:
     the bug is patched into this process, and the default's stage ranks would load an unpatched model."""
-    command = PIECES.replace("strata-engine", f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug {bug} --", 1)
+    command = PIECES.replace("strata-engine", planted(bug), 1)
     return command + " --stage-workers thread"
 
 
@@ -90,7 +89,7 @@ def test_a_prompt_cache_that_ignores_cache_salt_fails_isolation_and_only_isolati
     """The salted sessions go to the one cache-on engine: a prefix matched across salts is named, request and
     tokens; every token-equality step still passes (the leaked prefix has the same tokens), as the check did
     before it sent salted requests to a cache-on engine."""
-    engine = f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug cache-salt -- serve"
+    engine = f"{planted('cache-salt')} serve"
     out = verify("cache", "--scale", "0.5", "--turns", "2", "--evict-sessions", "2", "--engine", engine, timeout=1500)
     assert out.returncode == 1, out.stdout + out.stderr
     failed = failed_lines(out)
@@ -102,7 +101,7 @@ def test_a_compiled_step_window_bug_fails_answers_on_the_default_layout():
     """The default layout's compiled decode step, one position short of the window: only decode rows past the
     window move, by ~1e-3 nats, greedy tokens kept: the answers check's tolerance names them. (The suite's
     servers run plain, tests/conftest.py: the layout is asked for.)"""
-    engine = f"{PY} {shlex.quote(str(HERE / 'broken_engine.py'))} --bug compiled-window -- serve --layout fastest"
+    engine = f"{planted('compiled-window')} serve --layout fastest"
     out = verify("answers", "--engine", engine, timeout=1500)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "compiled" in out.stdout  # the default layout ran: its compiled step is what the bug is in

@@ -1,6 +1,7 @@
-"""A small stand-in for `strata_engine.engine.Engine` with exactly its public API.
+"""The in-process fake engine: a stand-in for `strata_engine.engine.Engine` with exactly its public API.
 
-It lets the HTTP server be tested without a model: a byte tokenizer, `batch` slots served by one
+Contract: it lets the real HTTP server (strata_engine.server) be tested without a model: a byte tokenizer
+(fakes.byte_model), `batch` slots served by one
 background thread, FIFO admission, a deterministic "model" (the next byte depends only on the
 context, so greedy output is the same solo or interleaved), seeded sampling, stop strings, EOS,
 logprobs, cancellation, and ADMIT/FINISH/BSTOP events. Prompts that contain `__crash__` make
@@ -25,29 +26,8 @@ from strata_engine.finish import finish_reason
 from strata_engine.outputs import Completion, Finished, TokenOutput
 from strata_engine import RequestError, SamplingParams
 
-EOS = 256
-ALPHABET = b"abcdefghijklmnopqrstuvwxyz ,."
-
-
-class ByteTokenizer:
-    vocab_size = 257
-    eos_token_id = EOS
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
-
-
-def _scores(context: list[int]) -> list[float]:
-    """Deterministic logits over ALPHABET + EOS: a function of the last three tokens only."""
-    h = 17
-    for t in context[-3:]:
-        h = (h * 131 + t) % 1_000_003
-    rng = random.Random(h)
-    scores = [rng.gauss(0, 2) for _ in ALPHABET] + [rng.gauss(-4, 1)]
-    return scores
+from .byte_model import ALPHABET, EOS, ByteTokenizer
+from .byte_model import scores as model_scores
 
 
 @dataclass
@@ -207,7 +187,7 @@ class FakeEngine:
         if "__boom__" in text:
             return "error"
         context = job.prompt_ids + [o.token_id for o in job.out]
-        scores = _scores(context)
+        scores = model_scores(context)
         p = job.params
         if p.greedy:
             choice = max(range(len(scores)), key=lambda i: scores[i])

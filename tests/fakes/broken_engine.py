@@ -1,6 +1,6 @@
 """strata-engine with one realistic bug patched in at start, for testing what the gate catches.
 
-    python tests/verify/broken_engine.py --bug prefix-attention -- serve --split 2 ...
+    python tests/fakes/broken_engine.py --bug prefix-attention -- serve --split 2 ...
 
 Each bug replaces one function, named by its dotted path in TARGETS (the one place to update when
 engine modules move), with a wrapper that calls the original except in the bug's case:
