@@ -33,6 +33,7 @@ batch invariance (backends.build_torch).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 import types
 
@@ -41,6 +42,7 @@ import torch.nn.functional as F
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
+from .native.build import machine_tag
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
@@ -149,11 +151,51 @@ def recompiles_allowed():
     return config.patch(**{name: max(getattr(config, name), 1 << 16)})
 
 
-def _inductor_options(gemms: str):
-    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults."""
+def _inductor_options(gemms: str, cache_tag: str = ""):
+    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults.
+
+    The templates' graphs go through inductor's FX graph cache on a warm start only if no mkldnn tensor is among
+    the frozen graph's constants ("mkldnn tensors unpickleable"): freezing's weight-pack pass turns each linear
+    into MKL's packed linear, whose packed weight is one, and the template only ever reads the original weight
+    beside it. With oneDNN switched off while inductor's freezing passes register (once a process, at the first
+    frozen compile), the pass is not registered: a linear stays a GEMM over a frozen weight, which inductor's
+    GEMM lowering gives the same C++ template. `cache_tag` (`compile_cache_tag`) goes into the cache's key: the
+    key holds a frozen weight's shape, not its values, while the template's blocked copy of it is kept by value
+    in the cache entry."""
     if gemms != "template":
         return contextlib.nullcontext()
-    return torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
+    stack = contextlib.ExitStack()
+    stack.enter_context(
+        torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
+    )
+    stack.enter_context(torch.compiler.config.patch(cache_key_tag=cache_tag))
+    stack.enter_context(_onednn_off())
+    return stack
+
+
+@contextlib.contextmanager
+def _onednn_off():
+    """oneDNN off (only its switch, not `torch.backends.mkldnn.flags`' others) around the step's compile: float32
+    GEMMs on the CPU run MKL's either way."""
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def compile_cache_tag(model: torch.nn.Module) -> str:
+    """What the step's inductor cache entries are keyed by beyond inductor's own key (the graph, shapes, strides,
+    dtypes, torch's source, inductor's options): this CPU's flags (the generated kernels and the GEMM template's
+    blocking are chosen for its vector ISA) and a SHA-256 of the model's weights (the template's blocked weights
+    are kept in the entry). A changed model, CPU or torch never loads another's entry."""
+    digest = hashlib.sha256()
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        t = t.detach()
+        digest.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
+        digest.update(t.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()} weights {digest.hexdigest()[:16]}"
 
 
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
@@ -181,6 +223,7 @@ class CompiledDecode:
             raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms
+        self.cache_tag = compile_cache_tag(model) if gemms == "template" else ""
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
@@ -236,7 +279,7 @@ class CompiledDecode:
         recompile builds the same kind of graph."""
         stack = contextlib.ExitStack()
         stack.enter_context(recompiles_allowed())
-        stack.enter_context(_inductor_options(self.gemms))
+        stack.enter_context(_inductor_options(self.gemms, self.cache_tag))
         return stack
 
     def run(self, part) -> bool:
