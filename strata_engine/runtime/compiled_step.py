@@ -25,8 +25,8 @@ with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune
 so no autotuning runs and every bucket takes the same kind of kernel; the experts' down projection becomes one GEMM
 over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
 step takes 0.6-0.7x the `aten` one (docs/measurements/compiled-gemms.md); the cost is ~20 s more compiling per
-compiled step at start (inductor's graph cache skips frozen graphs) and one frozen copy of its layers'
-weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
+compiled step on a cold start (a warm one loads the graphs from inductor's FX graph cache, keyed by the weights
+and the CPU too: `_inductor_options`, `compile_cache_tag`) and one frozen copy of its layers' weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
 batch invariance (backends.build_torch).
 """
 

@@ -1,0 +1,56 @@
+"""The compiled step's inductor cache (runtime/compiled_step.py): the template graphs' cache entries are keyed by
+the model's weights and this CPU beyond inductor's own key, oneDNN is off only around their compile, and (slow)
+a second step over the same weights loads its graph from the cache while other weights of the same shapes
+compile their own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from test_compiled_step import decode
+from strata_engine.model import load_model
+from strata_engine.runtime.compiled_step import _inductor_options, compile_cache_tag
+
+
+def test_the_cache_tag_follows_the_weights():
+    model = load_model("strata-tiny-moe")[0]
+    tag = compile_cache_tag(model)
+    assert tag == compile_cache_tag(load_model("strata-tiny-moe")[0]), "the same weights, the same tag"
+    with torch.no_grad():
+        model.layers[1].self_attn.o_proj.weight[3, 5] += 1e-3  # one weight, the same shapes
+    assert compile_cache_tag(model) != tag
+    assert "cpu " in tag and "weights " in tag
+
+
+def test_the_template_options_turn_onednn_off_only_inside():
+    was = torch.backends.mkldnn.enabled
+    with _inductor_options("template", "tag-1"):
+        assert not torch.backends.mkldnn.enabled
+        assert torch._inductor.config.freezing and torch.compiler.config.cache_key_tag == "tag-1"
+    assert torch.backends.mkldnn.enabled == was and torch.compiler.config.cache_key_tag == ""
+    with _inductor_options("aten", "tag-1"):
+        assert torch.backends.mkldnn.enabled == was and not torch._inductor.config.freezing
+
+
+@pytest.mark.slow
+def test_a_warm_template_step_comes_from_the_cache(tmp_path, monkeypatch):
+    """Compiled once into an empty cache; a second step over the same weights is a cache hit with the same tokens;
+    one weight changed (same shapes) is a miss, and its tokens follow the new weights as the eager step's do."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    prompts = [list(b"def f("), list(b"import os")]
+    counters.clear()
+    first, _ = decode(load_model("strata-tiny-moe")[0], prompts, 6, compiled=True, tile=4, gemms="template")
+    assert counters["inductor"]["fxgraph_cache_miss"] == 1 and counters["inductor"]["fxgraph_cache_bypass"] == 0
+    counters.clear()
+    second, _ = decode(load_model("strata-tiny-moe")[0], prompts, 6, compiled=True, tile=4, gemms="template")
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1, dict(counters["inductor"])
+    assert second == first
+    other = load_model("strata-tiny-moe")[0]
+    with torch.no_grad():
+        other.lm_head.weight.mul_(-1)  # same shapes, other tokens
+    counters.clear()
+    changed, _ = decode(other, prompts, 6, compiled=True, tile=4, gemms="template")
+    assert counters["inductor"]["fxgraph_cache_miss"] == 1 and counters["inductor"]["fxgraph_cache_hit"] == 0
+    assert changed == decode(other, prompts, 6, compiled=False, tile=4)[0]
