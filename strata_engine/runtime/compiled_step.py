@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 import time
 import types
 
@@ -256,6 +257,7 @@ class CompiledDecode:
         kernels keep the count they were compiled with."""
         previous = torch.get_num_threads()
         start = time.perf_counter()
+        _probed.wait()  # the vector ISA probe begun by `probe_vec_isa`, if any, done first: it runs once
         try:
             if threads:
                 torch.set_num_threads(threads)
@@ -331,6 +333,31 @@ def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, exp
     return F.linear(
         routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1)
     )  # [N, E*I] @ [E*I, D]
+
+
+_probed = threading.Event()
+_probed.set()  # no probe running until `probe_vec_isa` starts one
+
+
+def probe_vec_isa() -> None:
+    """Start inductor's check of this CPU's vector ISA (a g++ build, kept, and a child Python per ISA that loads
+    it: ~1.5-3.5 s of every process's first compile, mostly waiting on children) on a thread, so it runs while
+    the engine loads the model and its native ops; the first step's warm-up waits for it."""
+    if not _probed.is_set():
+        return
+    _probed.clear()
+
+    def probe():
+        try:
+            from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+            valid_vec_isa_list()
+        except Exception:  # the warm-up's own compile asks again and says what failed
+            pass
+        finally:
+            _probed.set()
+
+    threading.Thread(target=probe, name="strata-vec-isa-probe", daemon=True).start()
 
 
 def compiled_stage(

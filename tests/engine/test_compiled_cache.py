@@ -5,6 +5,8 @@ compile their own."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -54,3 +56,12 @@ def test_a_warm_template_step_comes_from_the_cache(tmp_path, monkeypatch):
     changed, _ = decode(other, prompts, 6, compiled=True, tile=4, gemms="template")
     assert counters["inductor"]["fxgraph_cache_miss"] == 1 and counters["inductor"]["fxgraph_cache_hit"] == 0
     assert changed == decode(other, prompts, 6, compiled=False, tile=4)[0]
+
+
+def test_the_vec_isa_probe_runs_once_and_the_warm_up_can_wait_for_it():
+    from strata_engine.runtime import compiled_step
+
+    compiled_step.probe_vec_isa()
+    compiled_step.probe_vec_isa()  # one probe at a time: the second call finds the first running or done
+    assert compiled_step._probed.wait(120)
+    assert len([t for t in threading.enumerate() if t.name == "strata-vec-isa-probe"]) <= 1
