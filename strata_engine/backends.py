@@ -105,6 +105,10 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
         # on 2 cores, 2 OpenMP threads beside it spin against it (docs/measurements/decode-step.md).
         runtime = replace(runtime, threads=max(1, ((os.cpu_count() or 1) - 1) // len(stages)))
     workers = config.stage_workers_for([s.device for s in stages])
+    if runtime.compile and workers != "dist" and all(s.device.startswith("cpu") for s in stages):
+        from .runtime.compiled_step import probe_vec_isa
+
+        probe_vec_isa()  # while the model and the native ops load
     kernels = {"all": {"path": "per stage rank", "why": "each rank chooses at its start (its stderr says which)"}}
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
         pipeline = _dist_pipeline(config, sched, runtime, stages, dtype, model_config)

@@ -139,7 +139,8 @@ def resolve(
     laid_out = fastest(config, given)
     return laid_out, (
         f"fastest ({how}): 2 stage threads, 2 batch groups, {laid_out.prefill_chunk}-token chunks, compiled "
-        "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s), mixed read, "
+        "and whole decode, its GEMMs through C++ templates (compiled before the ready line: ~40-60 s, ~10-20 s "
+        "warm from inductor's cache), mixed read, "
         "merged decode "
         "(--layout plain: the flags alone)"
     )

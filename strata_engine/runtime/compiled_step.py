@@ -25,14 +25,16 @@ with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune
 so no autotuning runs and every bucket takes the same kind of kernel; the experts' down projection becomes one GEMM
 over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
 step takes 0.6-0.7x the `aten` one (docs/measurements/compiled-gemms.md); the cost is ~20 s more compiling per
-compiled step at start (inductor's graph cache skips frozen graphs) and one frozen copy of its layers'
-weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
+compiled step on a cold start (a warm one loads the graphs from inductor's FX graph cache, keyed by the weights
+and the CPU too: `_inductor_options`, `compile_cache_tag`) and one frozen copy of its layers' weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
 batch invariance (backends.build_torch).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import threading
 import time
 import types
 
@@ -41,6 +43,7 @@ import torch.nn.functional as F
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
+from .native.build import machine_tag
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
@@ -149,11 +152,51 @@ def recompiles_allowed():
     return config.patch(**{name: max(getattr(config, name), 1 << 16)})
 
 
-def _inductor_options(gemms: str):
-    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults."""
+def _inductor_options(gemms: str, cache_tag: str = ""):
+    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults.
+
+    The templates' graphs go through inductor's FX graph cache on a warm start only if no mkldnn tensor is among
+    the frozen graph's constants ("mkldnn tensors unpickleable"): freezing's weight-pack pass turns each linear
+    into MKL's packed linear, whose packed weight is one, and the template only ever reads the original weight
+    beside it. With oneDNN switched off while inductor's freezing passes register (once a process, at the first
+    frozen compile), the pass is not registered: a linear stays a GEMM over a frozen weight, which inductor's
+    GEMM lowering gives the same C++ template. `cache_tag` (`compile_cache_tag`) goes into the cache's key: the
+    key holds a frozen weight's shape, not its values, while the template's blocked copy of it is kept by value
+    in the cache entry."""
     if gemms != "template":
         return contextlib.nullcontext()
-    return torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
+    stack = contextlib.ExitStack()
+    stack.enter_context(
+        torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
+    )
+    stack.enter_context(torch.compiler.config.patch(cache_key_tag=cache_tag))
+    stack.enter_context(_onednn_off())
+    return stack
+
+
+@contextlib.contextmanager
+def _onednn_off():
+    """oneDNN off (only its switch, not `torch.backends.mkldnn.flags`' others) around the step's compile: float32
+    GEMMs on the CPU run MKL's either way."""
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def compile_cache_tag(model: torch.nn.Module) -> str:
+    """What the step's inductor cache entries are keyed by beyond inductor's own key (the graph, shapes, strides,
+    dtypes, torch's source, inductor's options): this CPU's flags (the generated kernels and the GEMM template's
+    blocking are chosen for its vector ISA) and a SHA-256 of the model's weights (the template's blocked weights
+    are kept in the entry). A changed model, CPU or torch never loads another's entry."""
+    digest = hashlib.sha256()
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        t = t.detach()
+        digest.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
+        digest.update(t.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()} weights {digest.hexdigest()[:16]}"
 
 
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
@@ -181,6 +224,7 @@ class CompiledDecode:
             raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms
+        self.cache_tag = compile_cache_tag(model) if gemms == "template" else ""
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
@@ -213,6 +257,7 @@ class CompiledDecode:
         kernels keep the count they were compiled with."""
         previous = torch.get_num_threads()
         start = time.perf_counter()
+        _probed.wait()  # the vector ISA probe begun by `probe_vec_isa`, if any, done first: it runs once
         try:
             if threads:
                 torch.set_num_threads(threads)
@@ -236,7 +281,7 @@ class CompiledDecode:
         recompile builds the same kind of graph."""
         stack = contextlib.ExitStack()
         stack.enter_context(recompiles_allowed())
-        stack.enter_context(_inductor_options(self.gemms))
+        stack.enter_context(_inductor_options(self.gemms, self.cache_tag))
         return stack
 
     def run(self, part) -> bool:
@@ -288,6 +333,31 @@ def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, exp
     return F.linear(
         routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1)
     )  # [N, E*I] @ [E*I, D]
+
+
+_probed = threading.Event()
+_probed.set()  # no probe running until `probe_vec_isa` starts one
+
+
+def probe_vec_isa() -> None:
+    """Start inductor's check of this CPU's vector ISA (a g++ build, kept, and a child Python per ISA that loads
+    it: ~1.5-3.5 s of every process's first compile, mostly waiting on children) on a thread, so it runs while
+    the engine loads the model and its native ops; the first step's warm-up waits for it."""
+    if not _probed.is_set():
+        return
+    _probed.clear()
+
+    def probe():
+        try:
+            from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+            valid_vec_isa_list()
+        except Exception:  # the warm-up's own compile asks again and says what failed
+            pass
+        finally:
+            _probed.set()
+
+    threading.Thread(target=probe, name="strata-vec-isa-probe", daemon=True).start()
 
 
 def compiled_stage(

@@ -1,0 +1,75 @@
+"""The compiled step's inductor cache (runtime/compiled_step.py): the template graphs' cache entries are keyed by
+the model's weights and this CPU beyond inductor's own key, oneDNN is off only around their compile, and (slow)
+a second step over the same weights loads its graph from the cache while other weights of the same shapes
+compile their own."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from test_compiled_step import decode
+from strata_engine.model import load_model
+from strata_engine.model.kv_cache import KVCache
+from strata_engine.runtime.compiled_step import CompiledDecode, _inductor_options, compile_cache_tag
+from strata_engine.runtime.invariance import apply_row_tile
+
+
+def test_the_cache_tag_follows_the_weights():
+    model = load_model("strata-tiny-moe")[0]
+    tag = compile_cache_tag(model)
+    assert tag == compile_cache_tag(load_model("strata-tiny-moe")[0]), "the same weights, the same tag"
+    with torch.no_grad():
+        model.layers[1].self_attn.o_proj.weight[3, 5] += 1e-3  # one weight, the same shapes
+    assert compile_cache_tag(model) != tag
+    assert "cpu " in tag and "weights " in tag
+
+
+def test_the_template_options_turn_onednn_off_only_inside():
+    was = torch.backends.mkldnn.enabled
+    with _inductor_options("template", "tag-1"):
+        assert not torch.backends.mkldnn.enabled
+        assert torch._inductor.config.freezing and torch.compiler.config.cache_key_tag == "tag-1"
+    assert torch.backends.mkldnn.enabled == was and torch.compiler.config.cache_key_tag == ""
+    with _inductor_options("aten", "tag-1"):
+        assert torch.backends.mkldnn.enabled == was and not torch._inductor.config.freezing
+
+
+def _warm_up(model) -> dict:
+    """inductor's cache counters over one template step's warm-up (its one graph, 2 slots at row tile 4)."""
+    apply_row_tile(model, 4)
+    counters.clear()
+    kv = KVCache(model.config, num_slots=2, ctx=64)
+    CompiledDecode(model, range(model.config.num_layers), kv, True, True, 4, 2, threads=1, gemms="template")
+    return dict(counters["inductor"])
+
+
+@pytest.mark.slow
+def test_a_warm_template_step_comes_from_the_cache(tmp_path, monkeypatch):
+    """Compiled once into an empty cache; a second step over the same weights loads it; one weight changed (same
+    shapes) compiles its own, and its tokens follow the new weights as the eager step's do."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    first = _warm_up(load_model("strata-tiny-moe")[0])
+    assert first.get("fxgraph_cache_miss") == 1 and not first.get("fxgraph_cache_bypass"), first
+    second = _warm_up(load_model("strata-tiny-moe")[0])
+    assert second.get("fxgraph_cache_hit") == 1 and not second.get("fxgraph_cache_miss"), second
+    other = load_model("strata-tiny-moe")[0]
+    with torch.no_grad():
+        other.lm_head.weight.mul_(-1)  # same shapes, other tokens
+    changed = _warm_up(other)
+    assert changed.get("fxgraph_cache_miss") == 1 and not changed.get("fxgraph_cache_hit"), changed
+    prompts = [list(b"def f("), list(b"import os")]
+    compiled, _ = decode(other, prompts, 6, compiled=True, tile=4, gemms="template")
+    assert compiled == decode(other, prompts, 6, compiled=False, tile=4)[0]
+
+
+def test_the_vec_isa_probe_runs_once_and_the_warm_up_can_wait_for_it():
+    from strata_engine.runtime import compiled_step
+
+    compiled_step.probe_vec_isa()
+    compiled_step.probe_vec_isa()  # one probe at a time: the second call finds the first running or done
+    assert compiled_step._probed.wait(120)
+    assert len([t for t in threading.enumerate() if t.name == "strata-vec-isa-probe"]) <= 1
