@@ -18,7 +18,8 @@ failure; a failing run's failed steps are listed with their reasons).
 
 `--out FILE.json` keeps every run's report (written after each run, so a series cut short keeps what ran),
 the command, the CPU and the load average at each run's start; `--render FILE.json` prints the same markdown
-from a kept file (docs/measurements/gate-under-load.md renders its tables from benchmarks/results/ so).
+from a kept file, `--summary FILE.json...` one row per target and condition over kept files
+(docs/measurements/gate-under-load.md renders its tables from benchmarks/results/ so).
 
   .venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 \\
       --target strata='strata-engine serve --split 2 --batch 4 --batch-groups 2 --prefill-chunk 256' \\
@@ -203,6 +204,42 @@ def render(record: dict) -> tuple[str, int]:
     return f"{head}\n\n{HEADER}\n" + "\n".join(rows) + f"\n\n{notes_md}\n\n{line}\n", code
 
 
+def overview(records: list[dict]) -> str:
+    """One row per series, target and condition: the runs, their verdicts, their wall times."""
+    lines = [
+        "| check | target | engine | condition | runs | verdicts | wall median (range) |",
+        "|---|---|---|---|---:|---|---|",
+    ]
+    for record in records:
+        check = " ".join([record["check"], *record["extra"]])
+        for target in record["targets"]:
+            summary = summarize(target["name"], target["runs"])
+            for cond, counts in summary["by_condition"].items():
+                walls = sorted(r["report"]["seconds"] for r in target["runs"] if r["condition"] == cond)
+                median = (
+                    walls[len(walls) // 2]
+                    if len(walls) % 2
+                    else (walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2
+                )
+                verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+                lines.append(
+                    f"| `{check}` | {target['name']} | `{target['what']}` | {cond} | {sum(counts.values())} "
+                    f"| {verdicts} | {median:.0f} s ({walls[0]:.0f}-{walls[-1]:.0f} s) |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def markdown(argv: list[str]) -> tuple[str, int]:
+    """What `--render FILE` or `--summary FILE...` prints (scripts/measurements.py renders pages with it)."""
+    if argv[:1] == ["--render"] and len(argv) == 2:
+        return render(json.loads(Path(argv[1]).read_text()))
+    if argv[:1] == ["--summary"] and len(argv) >= 2:
+        records = [json.loads(Path(a).read_text()) for a in argv[1:]]
+        codes = [render(r)[1] for r in records]
+        return overview(records), max(codes)
+    raise ValueError(f"{' '.join(argv)!r}: --render FILE.json, or --summary FILE.json...")
+
+
 def save(record: dict, path: Path | None) -> None:
     if path is None:
         return
@@ -228,10 +265,12 @@ def main() -> int:
     p.add_argument("--hog-seconds", type=float, default=1800.0, help="the longest a hog lives (default 1800)")
     p.add_argument("--out", type=Path, help="keep every run's report, the command and the CPU as JSON here")
     p.add_argument("--render", type=Path, metavar="FILE.json", help="print the markdown of a kept --out file")
+    p.add_argument("--summary", type=Path, nargs="+", metavar="FILE.json", help="one row per kept series and condition")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
-    if args.render:
-        text, code = render(json.loads(args.render.read_text()))
+    if args.render or args.summary:
+        argv = ["--render", str(args.render)] if args.render else ["--summary", *map(str, args.summary)]
+        text, code = markdown(argv)
         print(text, end="")
         return code
     if not args.target:

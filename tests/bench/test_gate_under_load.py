@@ -98,3 +98,15 @@ def test_render_reads_a_kept_file_and_exits_as_its_verdicts(tmp_path):
 
 def test_needle_is_a_check_it_runs():
     assert "needle" in load_script().CHECKS
+
+
+def test_summary_gives_a_row_per_target_and_condition_with_the_median_wall(tmp_path):
+    gate = load_script()
+    runs = [run(1, "quiet", "PASS", *PASSING, seconds=s) for s in (5.0, 9.0, 7.0)]
+    runs.append(run(1, "loaded", "PASS", *PASSING, seconds=12.0))
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps(record(("vllm", runs))))
+    text, code = gate.markdown(["--summary", str(kept)])
+    assert code == 0
+    assert "| `interleave` | vllm | `@http://x` | quiet | 3 | 3 PASS | 7 s (5-9 s) |" in text
+    assert "| `interleave` | vllm | `@http://x` | loaded | 1 | 1 PASS | 12 s (12-12 s) |" in text
