@@ -204,11 +204,19 @@ def render(record: dict) -> tuple[str, int]:
     return f"{head}\n\n{HEADER}\n" + "\n".join(rows) + f"\n\n{notes_md}\n\n{line}\n", code
 
 
+def engine_text(what: str) -> str:
+    """A target as the overview shows it: a command's program by its name (no home directory), a URL as is."""
+    if what.startswith("@"):
+        return what
+    program, _, rest = what.partition(" ")
+    return " ".join([Path(program).name if "/" in program else program, rest]).strip()
+
+
 def overview(records: list[dict]) -> str:
-    """One row per series, target and condition: the runs, their verdicts, their wall times."""
+    """One row per series, target and condition: when, the runs, their verdicts, their wall times."""
     lines = [
-        "| check | target | engine | condition | runs | verdicts | wall median (range) |",
-        "|---|---|---|---|---:|---|---|",
+        "| series from | check | target | engine | condition | runs | verdicts | wall median (range) |",
+        "|---|---|---|---|---|---:|---|---|",
     ]
     for record in records:
         check = " ".join([record["check"], *record["extra"]])
@@ -216,15 +224,12 @@ def overview(records: list[dict]) -> str:
             summary = summarize(target["name"], target["runs"])
             for cond, counts in summary["by_condition"].items():
                 walls = sorted(r["report"]["seconds"] for r in target["runs"] if r["condition"] == cond)
-                median = (
-                    walls[len(walls) // 2]
-                    if len(walls) % 2
-                    else (walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2
-                )
+                half = len(walls) // 2
+                median = walls[half] if len(walls) % 2 else (walls[half - 1] + walls[half]) / 2
                 verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
                 lines.append(
-                    f"| `{check}` | {target['name']} | `{target['what']}` | {cond} | {sum(counts.values())} "
-                    f"| {verdicts} | {median:.0f} s ({walls[0]:.0f}-{walls[-1]:.0f} s) |"
+                    f"| {record['started']} | `{check}` | {target['name']} | `{engine_text(target['what'])}` | {cond} "
+                    f"| {sum(counts.values())} | {verdicts} | {median:.0f} s ({walls[0]:.0f}-{walls[-1]:.0f} s) |"
                 )
     return "\n".join(lines) + "\n"
 

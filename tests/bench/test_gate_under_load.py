@@ -108,5 +108,6 @@ def test_summary_gives_a_row_per_target_and_condition_with_the_median_wall(tmp_p
     kept.write_text(json.dumps(record(("vllm", runs))))
     text, code = gate.markdown(["--summary", str(kept)])
     assert code == 0
-    assert "| `interleave` | vllm | `@http://x` | quiet | 3 | 3 PASS | 7 s (5-9 s) |" in text
-    assert "| `interleave` | vllm | `@http://x` | loaded | 1 | 1 PASS | 12 s (12-12 s) |" in text
+    assert "| then | `interleave` | vllm | `@http://x` | quiet | 3 | 3 PASS | 7 s (5-9 s) |" in text
+    assert "| then | `interleave` | vllm | `@http://x` | loaded | 1 | 1 PASS | 12 s (12-12 s) |" in text
+    assert gate.engine_text("/home/me/bin/llama-server -m x.gguf") == "llama-server -m x.gguf"
