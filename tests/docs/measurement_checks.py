@@ -177,6 +177,9 @@ CHECKS: dict[str, object] = {
         )
         for check, runs, n in (("needle", 10, ""), ("answers", 5, ""), ("answers", 5, "-2"))
     },
+    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 3 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default.json -- --against strata_verify/golden/reference-cpu.json": Skip(
+        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
+    ),
     '.venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" --out benchmarks/results/gate-load-determinism-llama-server.json -- --against strata_verify/golden/reference-cpu.json': Skip(
         LLAMA_SERVER
     ),
