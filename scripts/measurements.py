@@ -8,6 +8,13 @@ benchmarks/results/NAME. A page holds a rendered table between two comments:
     (the command's output)
     <!-- end of report -->
 
+A gate-under-load series (`benchmarks/gate_under_load.py --out benchmarks/results/NAME.json`) renders the same
+way, from its kept JSON:
+
+    <!-- gate_under_load --render benchmarks/results/NAME.json -->
+    (the script's markdown for that file; `--summary A.json B.json ...` a row per series and condition)
+    <!-- end of report -->
+
 `render` rewrites every such block from its command; `check` exits 1 naming each block whose text is not its
 command's output (the fast tests run it), so a number edited by hand, or a kept run that changed, is caught.
 
@@ -19,6 +26,7 @@ command's output (the fast tests run it), so a number edited by hand, or a kept 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shlex
 import sys
@@ -32,7 +40,11 @@ from strata_bench.results import ResultsDir, ResultsError, keep
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "docs" / "measurements"
 RESULTS = ROOT / "benchmarks" / "results"
-BLOCK = re.compile(r"(<!-- strata-bench report (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end of report -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- (?P<tool>strata-bench report|gate_under_load) (?P<args>[^\n]*?) -->\n)(?P<body>.*?)"
+    r"(<!-- end of report -->)",
+    re.S,
+)
 
 
 def rendered(args: str) -> str:
@@ -47,6 +59,26 @@ def rendered(args: str) -> str:
     return result.output
 
 
+def gate_rendered(args: str) -> str:
+    """The markdown `benchmarks/gate_under_load.py ARGS` prints for kept series (--render FILE, --summary FILE...)."""
+    argv = shlex.split(args)
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            if not (ROOT / arg).is_file():
+                raise ValueError(f"'gate_under_load {args}': no such file {arg}")
+            argv[i] = str(ROOT / arg)
+    spec = importlib.util.spec_from_file_location("gate_under_load", ROOT / "benchmarks" / "gate_under_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.markdown(argv)[0]
+
+
+def block_output(match: re.Match) -> str:
+    if match.group("tool") == "gate_under_load":
+        return gate_rendered(match.group("args"))
+    return rendered(match.group("args"))
+
+
 def blocks(page: Path) -> list[re.Match]:
     return list(BLOCK.finditer(page.read_text()))
 
@@ -54,7 +86,7 @@ def blocks(page: Path) -> list[re.Match]:
 def render_page(page: Path) -> bool:
     """Rewrite the page's blocks; True when it changed."""
     text = page.read_text()
-    new = BLOCK.sub(lambda m: m.group(1) + rendered(m.group("args")) + m.group(4), text)
+    new = BLOCK.sub(lambda m: m.group(1) + block_output(m) + m.group(5), text)
     if new != text:
         page.write_text(new)
     return new != text
@@ -63,10 +95,10 @@ def render_page(page: Path) -> bool:
 def stale(page: Path) -> list[str]:
     """One line per block of `page` that is not its command's output."""
     return [
-        f"{page.resolve().relative_to(ROOT) if page.resolve().is_relative_to(ROOT) else page}: the table under 'strata-bench report {m.group('args')}' is not that command's "
+        f"{page.resolve().relative_to(ROOT) if page.resolve().is_relative_to(ROOT) else page}: the table under '{m.group('tool')} {m.group('args')}' is not that command's "
         f"output; run `python scripts/measurements.py render`"
         for m in blocks(page)
-        if m.group("body") != rendered(m.group("args"))
+        if m.group("body") != block_output(m)
     ]
 
 

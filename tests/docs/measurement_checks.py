@@ -170,6 +170,32 @@ CHECKS: dict[str, object] = {
     '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
         LLAMA_SERVER
     ),
+    # the kept series (--out benchmarks/results/gate-load-*.json, rendered into the page)
+    **{
+        f".venv/bin/python benchmarks/gate_under_load.py --check {check} --runs {runs} --target strata='strata-engine serve --layout fastest' --out benchmarks/results/gate-load-{check}-fastest{n}.json": Skip(
+            MINUTES + " (the interleave run above checks the script; tests/bench/test_gate_under_load.py its summary)"
+        )
+        for check, runs, n in (("needle", 10, ""), ("answers", 5, ""), ("answers", 5, "-2"))
+    },
+    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 3 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default.json -- --against strata_verify/golden/reference-cpu.json": Skip(
+        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
+    ),
+    '.venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" --out benchmarks/results/gate-load-determinism-llama-server.json -- --against strata_verify/golden/reference-cpu.json': Skip(
+        LLAMA_SERVER
+    ),
+    "VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --port 8091 &": Skip(
+        VLLM_SERVER
+    ),
+    **{
+        f".venv/bin/python benchmarks/gate_under_load.py --check {check} --runs 10 --target vllm=@http://127.0.0.1:8091 --out benchmarks/results/gate-load-{check}-vllm.json{tail}": Skip(
+            "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
+        )
+        for check, tail in (
+            ("determinism", " -- --against strata_verify/golden/reference-cpu.json"),
+            ("answers", ""),
+            ("cache", " -- --scale 0.5 --lacks events,give-way"),
+        )
+    },
     # docs/measurements/http-overhead.md
     ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
     ".venv/bin/python benchmarks/bench_http_overhead.py --time-scale 100 --max-tokens 1024 --out bench-out/stress.json": Run(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -70,3 +71,19 @@ def test_brief_is_markdown_only(tmp_path):
 def test_a_block_whose_command_fails_says_so(args):
     with pytest.raises(ValueError, match="strata-bench report"):
         measurements.rendered(args)
+
+
+def test_a_gate_under_load_block_renders_from_its_kept_series_and_names_a_hand_edit(tmp_path):
+    kept = tmp_path / "series.json"
+    report = {"verdict": "PASS", "steps": [{"check": "needle", "name": "n", "status": "pass"}], "seconds": 26.0}
+    runs = [{"run": 1, "condition": "quiet", "started": "", "load": 1.0, "report": report}]
+    target = {"name": "strata", "what": "strata-engine serve", "runs": runs}
+    record = {"check": "needle", "extra": [], "command": "", "runs_per_condition": 1, "hogs": 2, "cpu": "a CPU"}
+    kept.write_text(json.dumps({**record, "started": "a", "ended": "b", "targets": [target]}))
+    page = tmp_path / "page.md"
+    page.write_text(f"# x\n\n<!-- gate_under_load --render {kept} -->\n<!-- end of report -->\n")
+    assert len(measurements.stale(page)) == 1
+    assert measurements.render_page(page) and measurements.stale(page) == []
+    assert "| strata | 1 | quiet | 1.00 | PASS | 26 s |  |" in page.read_text()
+    page.write_text(page.read_text().replace("| 26 s |", "| 20 s |"))
+    assert len(measurements.stale(page)) == 1 and "gate_under_load --render" in measurements.stale(page)[0]
