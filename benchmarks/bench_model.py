@@ -87,20 +87,29 @@ def ours_prefill(model, config, prompt: list[int], chunk: int, row_tile: int) ->
 
 def ours_decode(
     model, config, prompts: list[list[int]], steps: int, row_tile: int, compiled=None
-) -> tuple[float, list[int]]:
-    """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds, and
-    row 0's greedy tokens. compiled: (its KV cache, a CompiledDecode over it) for the compiled decode step."""
+) -> tuple[float, list[int], list[float | None]]:
+    """Read every prompt (untimed), then time `steps` greedy decode steps of all rows together; seconds, row
+    0's greedy tokens and, per token, row 0's top-2 logprob margin where it was chosen (None for the first,
+    chosen by the untimed read): arms that part at a small margin met a near-tie, not a fault. compiled: (its
+    KV cache, a CompiledDecode over it) for the compiled decode step."""
     apply_row_tile(model, row_tile)
     batch, length = len(prompts), len(prompts[0])
     kv, compiled = compiled or (KVCache(config, num_slots=batch, ctx=length + steps + 1), None)
     tokens = [int(step(model, kv, [(slot, 0, ids)], row_tile)[0].argmax()) for slot, ids in enumerate(prompts)]
-    first = []
+    first, kept = [], []
     start = time.perf_counter()
     for position in range(length, length + steps):
         first.append(tokens[0])
         logits = step(model, kv, [(slot, position, [token]) for slot, token in enumerate(tokens)], row_tile, compiled)
+        kept.append(logits[0])  # a reference: the margin is computed after the clock stops
         tokens = logits.argmax(-1).tolist()
-    return time.perf_counter() - start, first
+    took = time.perf_counter() - start
+    return took, first, [None] + [top2_margin(row) for row in kept[:-1]]
+
+
+def top2_margin(logits: torch.Tensor) -> float:
+    top = torch.log_softmax(logits.double(), -1).topk(2).values
+    return round(float(top[0] - top[1]), 6)
 
 
 COMPILED: dict[tuple[int, int], tuple[KVCache, CompiledDecode]] = {}  # (batch, threads) -> its KV cache and step
@@ -204,6 +213,7 @@ def main() -> None:
     # repeat (least disturbed) is the figure; the medians are kept in the JSON as well.
     samples: dict[str, list[float]] = {}
     greedy: dict[str, list[int]] = {}
+    margins: dict[str, list[float | None]] = {}
 
     def record(name: str, value: float) -> None:
         samples.setdefault(name, []).append(value)
@@ -228,12 +238,14 @@ def main() -> None:
                     record(f"llama_decode_b1_t{t}", took)
                 for batch in (1, args.batch):
                     for arm, tile in tiles.items():
-                        took, greedy[arm] = ours_decode(model, config, rows[:batch], args.decode_steps, tile)
+                        took, greedy[arm], margins[arm] = ours_decode(
+                            model, config, rows[:batch], args.decode_steps, tile
+                        )
                         record(f"{arm}_decode_b{batch}_t{t}", took)
                     if args.compile:  # the arms above switched the weight layout back and forth: its guards recompile
                         kv_and_step = compiled_step(model, config, batch, t, ctx)
                         with kv_and_step[1].compiling():  # as compiled at first (STRATA_COMPILED_GEMMS: its GEMMs)
-                            took, greedy["ours_compiled"] = ours_decode(
+                            took, greedy["ours_compiled"], margins["ours_compiled"] = ours_decode(
                                 model, config, rows[:batch], args.decode_steps, tiles["ours"], kv_and_step
                             )
                         record(f"ours_compiled_decode_b{batch}_t{t}", took)
@@ -251,8 +263,13 @@ def main() -> None:
     r["compiled_tokens_equal_eager"] = greedy["ours_compiled"] == greedy["ours"] if args.compile else None
     if args.compile:  # where they part: a near-tie flipped by last bits shows as one late token
         pairs = list(zip(greedy["ours_compiled"], greedy["ours"]))
-        r["compiled_tokens_first_difference"] = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        r["compiled_tokens_first_difference"] = at = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
         r["compiled_tokens_compared"] = len(pairs)
+        if at is not None:  # the top-2 margins there, as each arm chose: a near-tie or a real difference
+            r["compiled_first_difference_margins"] = {
+                "eager": margins["ours"][at],
+                "compiled": margins["ours_compiled"][at],
+            }
     r["compile_s"] = {f"b{b}_t{t}": round(c.compile_s, 1) for (b, t), (_, c) in COMPILED.items()}
     work = {
         "prefill": len(prompt),
@@ -339,7 +356,8 @@ def render(r: dict, args) -> str:
         lines.append(
             f"compiled step: greedy tokens of decode row 0 equal the eager step's: {r['compiled_tokens_equal_eager']}"
             + (
-                f" (the first of {r['compiled_tokens_compared']} that differs: token {r['compiled_tokens_first_difference']})"
+                f" (the first of {r['compiled_tokens_compared']} that differs: token {r['compiled_tokens_first_difference']};"
+                f" top-2 logprob margins there: {r['compiled_first_difference_margins']})"
                 if r.get("compiled_tokens_first_difference") is not None
                 else ""
             )

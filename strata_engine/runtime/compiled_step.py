@@ -162,10 +162,12 @@ def _inductor_options(gemms: str, cache_tag: str = ""):
     frozen compile), the pass is not registered: a linear stays a GEMM over a frozen weight, which inductor's
     GEMM lowering gives the same C++ template. `cache_tag` (`compile_cache_tag`) goes into the cache's key: the
     key holds a frozen weight's shape, not its values, while the template's blocked copy of it is kept by value
-    in the cache entry."""
-    if gemms != "template":
-        return contextlib.nullcontext()
+    in the cache entry. Either way the tag holds the CPU and ATen's vector level (`ATEN_CPU_CAPABILITY`), which
+    inductor's key does not: an entry made at another level gave wrong logits or corrupted the heap."""
     stack = contextlib.ExitStack()
+    if gemms != "template":
+        stack.enter_context(torch.compiler.config.patch(cache_key_tag=cache_tag))
+        return stack
     stack.enter_context(
         torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
     )
@@ -186,17 +188,21 @@ def _onednn_off():
         torch.backends.mkldnn.enabled = was
 
 
-def compile_cache_tag(model: torch.nn.Module) -> str:
+def compile_cache_tag(model: torch.nn.Module, gemms: str = "template") -> str:
     """What the step's inductor cache entries are keyed by beyond inductor's own key (the graph, shapes, strides,
-    dtypes, torch's source, inductor's options): this CPU's flags (the generated kernels and the GEMM template's
-    blocking are chosen for its vector ISA) and a SHA-256 of the model's weights (the template's blocked weights
-    are kept in the entry). A changed model, CPU or torch never loads another's entry."""
+    dtypes, torch's source, inductor's options): this CPU's flags and ATen's vector level (the generated kernels
+    and the GEMM template's blocking are chosen for them) and, for the templates, a SHA-256 of the model's
+    weights (their blocked weights are kept in the entry). A changed model, CPU, level or torch never loads
+    another's entry."""
+    cpu = f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()}"
+    if gemms != "template":
+        return cpu
     digest = hashlib.sha256()
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         t = t.detach()
         digest.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
         digest.update(t.contiguous().cpu().view(torch.uint8).numpy().tobytes())
-    return f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()} weights {digest.hexdigest()[:16]}"
+    return f"{cpu} weights {digest.hexdigest()[:16]}"
 
 
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
@@ -224,7 +230,7 @@ class CompiledDecode:
             raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms
-        self.cache_tag = compile_cache_tag(model) if gemms == "template" else ""
+        self.cache_tag = compile_cache_tag(model, gemms)
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)

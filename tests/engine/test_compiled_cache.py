@@ -5,6 +5,9 @@ compile their own."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -34,8 +37,24 @@ def test_the_template_options_turn_onednn_off_only_inside():
         assert not torch.backends.mkldnn.enabled
         assert torch._inductor.config.freezing and torch.compiler.config.cache_key_tag == "tag-1"
     assert torch.backends.mkldnn.enabled == was and torch.compiler.config.cache_key_tag == ""
-    with _inductor_options("aten", "tag-1"):
+    with _inductor_options("aten", "tag-2"):
         assert torch.backends.mkldnn.enabled == was and not torch._inductor.config.freezing
+        assert torch.compiler.config.cache_key_tag == "tag-2"
+
+
+def test_the_cache_tag_follows_atens_vector_level():
+    """An entry made at another ATEN_CPU_CAPABILITY gave wrong logits, or corrupted the heap, when loaded: the
+    tag, for MKL's GEMMs too, holds the level."""
+    model = load_model("strata-tiny-moe")[0]
+    here = compile_cache_tag(model, "aten")
+    assert "weights" not in here and torch.backends.cpu.get_cpu_capability() in here
+    code = (
+        "from strata_engine.model import load_model; from strata_engine.runtime.compiled_step import compile_cache_tag;"
+        "print(compile_cache_tag(load_model('strata-tiny-moe')[0], 'aten'))"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert there.stdout.split()[-1] == "DEFAULT" and there.stdout.strip() != here
 
 
 def _warm_up(model) -> dict:
