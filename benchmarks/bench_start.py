@@ -3,12 +3,14 @@
 
 Cold: every cache the engine fills on a first start is a fresh empty folder (XDG_CACHE_HOME for the kernel
 verdicts and inductor's compile cache, TORCH_EXTENSIONS_DIR for the native ops' builds), as on a machine that
-never ran it. Warm: the same folders again, --warm times. Each start's wall time to health is measured
+never ran it; with --installed, after scripts/install.sh's build of the native ops into them (untimed), as
+on a machine that was just installed. Warm: the same folders again, --warm times. Each start's wall time to health is measured
 here, its own stderr's "ready in" line gives the compiling part, and `/v1/engine`'s `rss_bytes` the memory
 it holds before its first request (and, with --read N, after reading an N-token prompt). Prints a markdown
 table with the CPU.
 
   .venv/bin/python benchmarks/bench_start.py --warm 2
+  .venv/bin/python benchmarks/bench_start.py --warm 0 --installed
   .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
   .venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4
 """
@@ -19,6 +21,7 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +82,11 @@ def main() -> int:
         metavar="N",
         help="after health, read one N-token prompt and give the resident memory after it too",
     )
+    p.add_argument(
+        "--installed",
+        action="store_true",
+        help="build the native ops first, as scripts/install.sh does (untimed): the cold start of a fresh install",
+    )
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     command = " ".join(["strata-engine", "serve", *extra])
@@ -89,8 +97,10 @@ def main() -> int:
         os.environ["XDG_CACHE_HOME"] = str(folder / "cache")
         os.environ["TORCH_EXTENSIONS_DIR"] = str(folder / "torch_extensions")
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # serve puts it under XDG_CACHE_HOME/strata/inductor
+        if args.installed:
+            subprocess.run([sys.executable, "-m", "strata_engine.runtime.native"], check=True)
         for i in range(1 + args.warm):
-            kind = "cold" if i == 0 else f"warm {i}"
+            kind = ("cold, installed" if args.installed else "cold") if i == 0 else f"warm {i}"
             took, ready, resident = start_once(command, args.timeout, args.read)
             compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
             rows.append(

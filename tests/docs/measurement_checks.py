@@ -301,6 +301,17 @@ CHECKS: dict[str, object] = {
     ),
     # docs/measurements/start-up.md
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
+    ".venv/bin/python benchmarks/bench_start.py --warm 0 --installed": Run(
+        (
+            (
+                r"^\.venv",
+                "env "
+                + " ".join(f"STRATA_{k}_KERNEL=0" for k in ("CHUNK", "EXPERT", "DECODE", "QUANT_DECODE"))
+                + " .venv",
+            ),
+            (r"--installed$", "--installed -- --executor sim"),
+        )
+    ),
     "STRATA_COMPILED_GEMMS=aten .venv/bin/python benchmarks/bench_start.py --warm 2 -- --batch 4": Run(
         ((r"--warm 2 -- --batch 4$", "--warm 0 -- --executor sim --batch 4"),)
     ),
