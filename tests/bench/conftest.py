@@ -1,7 +1,9 @@
-"""Fixtures for the bench tests: a synthetic server in a subprocess on a free port, and a tiny scenario."""
+"""Fixtures for the bench tests: a synthetic server in a subprocess on a free port, a tiny scenario, and a
+benchmarks/ script loaded as a module."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +16,14 @@ from strata_bench.synthetic import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = str(Path(sys.executable).parent / "strata-bench")
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module, for tests of a script's own parts."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -1,21 +1,17 @@
 """benchmarks/gate_under_load.py's summary: a verdict flip is a verdict that differs between runs, a step
 status that moved while every verdict was PASS is not one, and the exit status follows the verdicts."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 
-from .conftest import REPO
+from .conftest import REPO, load_benchmark
 
 SCRIPT = REPO / "benchmarks" / "gate_under_load.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gate_under_load", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gate_under_load")
 
 
 def step(name, status, reason="", evidence=()):

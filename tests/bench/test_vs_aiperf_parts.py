@@ -2,22 +2,18 @@
 message without AIPerf, and the report naming the definition that differs."""
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, load_benchmark
 
 SCRIPT = REPO / "benchmarks" / "bench_vs_aiperf.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("bench_vs_aiperf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_vs_aiperf")
 
 
 def test_the_local_tokenizer_is_one_token_per_byte_like_strata(tmp_path):
