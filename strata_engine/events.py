@@ -16,7 +16,8 @@ from typing import Any, Callable
 # prompt read; ADMIT/FINISH bracket a request's life in a slot; MIX is a mixed read's run, TARGET a pause-target run.
 # The prompt cache: CACHE_HIT (a request keeps `tokens` prompt tokens from `source` "slot" or "store"),
 # CACHE_EVICT (a prefix leaves a slot, source "slot", `to` "store" or "dropped"; or leaves the store, source
-# "store", `reason` "lru", "covered" by a longer one, "memory" or "failed"), each with its tokens and bytes.
+# "store", `reason` "lru", "covered" by a longer one, "memory" or "failed"), each with its tokens and bytes;
+# CACHE_CHECKPOINT (a read's window before its last whole chunk's end, [first, tokens), `to` "store" or "dropped").
 KINDS = (
     "ADMIT",
     "READ_START",
@@ -31,6 +32,7 @@ KINDS = (
     "MIX",
     "CACHE_HIT",
     "CACHE_EVICT",
+    "CACHE_CHECKPOINT",
 )
 
 

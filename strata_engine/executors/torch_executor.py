@@ -85,9 +85,9 @@ class TorchExecutor:
         self.pipeline.submit(MicroBatch([], copy=copy))
         _raise_first_error([self.pipeline.get()])
 
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
-        self._copy(PrefixCopy("save", key, slot, tokens))
-        self._saved_floors[key] = self._floors.get(slot, 0)
+    def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
+        self._copy(PrefixCopy("save", key, slot, tokens, first))
+        self._saved_floors[key] = max(first, self._floors.get(slot, 0))
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
         self._copy(PrefixCopy("restore", key, slot, tokens))

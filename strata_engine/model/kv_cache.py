@@ -10,8 +10,8 @@ positions are written, so a slot's resident memory follows the positions it used
 hands a slot's pages back. With a sliding window W, `trim(rows)` (each stage, before a forward) hands back
 the pages of positions below `trim_floor(row.first)`: W + TRIM_MARGIN behind the row, which no query of it
 or after it reads, and which a later turn keeping at least floor + W - 1 tokens does not need either. A
-slot then holds about W + TRIM_MARGIN + a chunk positions at any context. `save` copies from the lowest
-position still held.
+slot then holds at most `positions_at_rest(W)` positions between forwards and a chunk more inside one, at
+any context. `save` copies from the lowest position still held (or from `first`: a window checkpoint).
 """
 
 from __future__ import annotations
@@ -51,8 +51,25 @@ def lazy_zeros(
     return torch.frombuffer(pages, dtype=dtype).view(shape), pages  # the tensor keeps the mapping alive
 
 
-TRIM_MARGIN = 2048  # positions held behind the window: a next turn may keep a prefix that ends this far back
-TRIM_STEP = 256  # the floor moves in whole steps of positions: fewer, larger hand-backs
+def committed_bytes(tensors: Iterable[torch.Tensor]) -> int | None:
+    """The bytes of these CPU tensors' pages the OS holds now (Linux's /proc/self/pagemap: a page present or
+    swapped): what it committed, not what was reserved. None where pagemap cannot be read."""
+    page, total = mmap.PAGESIZE, 0
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            for t in tensors:
+                first = t.data_ptr() // page
+                count = (t.data_ptr() + t.numel() * t.element_size() - 1) // page - first + 1
+                pagemap.seek(first * 8)
+                entries = torch.frombuffer(bytearray(pagemap.read(count * 8)), dtype=torch.int64)
+                total += int(((entries < 0) | (entries & (1 << 62) != 0)).sum()) * page  # bit 63 present, 62 swapped
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+TRIM_MARGIN = 64  # positions held behind the window: a next turn may keep a prefix that ends this far back
+TRIM_STEP = 32  # the floor moves in whole steps of positions: one float32 page of a head's row (32 x 128 B)
 
 
 def trim_floor(first: int, window: int | None) -> int:
@@ -68,7 +85,13 @@ def positions_held(window: int | None, chunk: int) -> int | None:
     `chunk` positions a forward: [trim_floor(first), first + chunk). None without a window (it keeps all)."""
     if window is None:
         return None
-    return window + TRIM_MARGIN + TRIM_STEP + chunk
+    return positions_at_rest(window) + chunk
+
+
+def positions_at_rest(window: int | None) -> int | None:
+    """The most positions a slot commits between forwards (after a decode row's trim): the window, the margin
+    and a step. None without a window."""
+    return None if window is None else window + TRIM_MARGIN + TRIM_STEP
 
 
 def release(pages: mmap.mmap | None, view: torch.Tensor) -> bool:
@@ -251,12 +274,13 @@ class KVCache:
         """Before a forward of `rows` (model/rows.Row: slot, first): each layer lets go of what they leave behind."""
         trim_rows(self.layers.values(), rows)
 
-    def save(self, slot: int, tokens: int) -> SavedPrefix:
-        """Host copies of the slot's positions [first, tokens) in every layer held, from the lowest position
-        any layer still holds (the prompt cache's store; the slot is untouched)."""
-        if not 0 < tokens <= self.ctx:
-            raise ValueError(f"cannot save {tokens} positions of a {self.ctx}-position cache")
-        first = min([tokens, *(layer.held_from[slot] for layer in self.layers.values())])
+    def save(self, slot: int, tokens: int, first: int = 0) -> SavedPrefix:
+        """Host copies of the slot's positions [first, tokens) in every layer held, from `first` or the lowest
+        position any layer still holds, whichever is higher (the prompt cache's store; the slot is untouched).
+        A window checkpoint passes first = tokens - W + 1: all a request keeping `tokens` reads."""
+        if not 0 < tokens <= self.ctx or not 0 <= first < tokens:
+            raise ValueError(f"cannot save positions [{first}, {tokens}) of a {self.ctx}-position cache")
+        first = max(first, min([tokens, *(layer.held_from[slot] for layer in self.layers.values())]))
         return SavedPrefix(
             first,
             tokens,
@@ -293,6 +317,11 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers.values())
+
+    def committed_bytes(self) -> int | None:
+        """What the OS holds of this cache now (`committed_bytes`); None off the CPU or without smaps."""
+        tensors = [t for layer in self.layers.values() for t in layer.parts.values()]
+        return committed_bytes(tensors) if all(t.device.type == "cpu" for t in tensors) else None
 
 
 def trim_rows(layers: Iterable[LayerKV], rows: Iterable) -> None:

@@ -23,18 +23,19 @@ class PrefixCopy:
     key: int
     slot: int = 0
     tokens: int = 0
+    first: int = 0  # a save: the lowest position to copy (a window checkpoint), else what the slot holds
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"a prefix copy is one of {OPS}, got {self.op!r}")
 
     def to_text(self) -> bytes:
-        return f"{self.op} {self.key} {self.slot} {self.tokens}".encode()
+        return f"{self.op} {self.key} {self.slot} {self.tokens} {self.first}".encode()
 
     @classmethod
     def from_text(cls, data: bytes) -> "PrefixCopy":
-        op, key, slot, tokens = data.decode().split()
-        return cls(op, int(key), int(slot), int(tokens))
+        op, *numbers = data.decode().split()
+        return cls(op, *map(int, numbers))
 
 
 class HostPrefixes:
@@ -46,7 +47,7 @@ class HostPrefixes:
 
     def apply(self, copy: PrefixCopy) -> None:
         if copy.op == "save":
-            self._copies[copy.key] = self.cache.save(copy.slot, copy.tokens)
+            self._copies[copy.key] = self.cache.save(copy.slot, copy.tokens, copy.first)
         elif copy.op == "restore":
             if copy.key not in self._copies:
                 raise KeyError(f"no stored prefix {copy.key} on this stage (layers {sorted(self.cache.layers)})")

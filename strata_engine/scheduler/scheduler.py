@@ -263,6 +263,8 @@ class Scheduler:
     def _read_done(self, active: ActiveRead, first_token: SampledToken | None, unit: UnitDone) -> None:
         request = active.request
         self._reading = None
+        if request.finish_reason != "error":  # before its first decode moves the slot's window past it
+            self.prompt_cache.checkpoint(request)
         self._unit_event(request, unit, DecodeResult(0.0, 0, 0))
         self._emit(
             "READ_DONE",

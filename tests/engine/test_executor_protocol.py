@@ -51,6 +51,7 @@ def test_the_protocol_declares_every_call_and_the_cache_members():
         "drop_prefix",
         "kv_generation",
         "kv_held",
+        "kv_window",
     }
     assert set(members(PrefixCopies)) <= set(declared)
 

@@ -86,6 +86,20 @@ def test_save_copies_from_the_floor_and_restore_puts_it_back_in_another_slot():
         assert layer.held_from[1] == saved.first
 
 
+def test_a_window_checkpoint_copies_only_the_window_and_travels_to_stage_ranks_whole():
+    from strata_engine.runtime.prefix_copies import PrefixCopy
+
+    cache = KVCache(CONFIG, num_slots=2, ctx=8192)
+    _read(cache, 0, 0, 8192)
+    saved = cache.save(0, 8000, first=8000 - WINDOW + 1)
+    assert (saved.first, saved.nbytes) == (8000 - WINDOW + 1, 4 * 2 * 4 * 64 * 4 * (WINDOW - 1))
+    assert cache.save(0, 8000, first=10).first == cache[0].held_from[0]  # never below what the slot holds
+    with pytest.raises(ValueError, match=r"\[8000, 8000\)"):
+        cache.save(0, 8000, first=8000)
+    copy = PrefixCopy("save", 3, 1, 8000, 7000)
+    assert PrefixCopy.from_text(copy.to_text()) == copy
+
+
 # -- the embedded model (window 1,024): a conversation past the window and its margin ------------------------
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)
 LONG = [(7 + 31 * i) % 250 for i in range(3600)]  # trims from the first decode on: floor 512
@@ -122,3 +136,27 @@ def test_trimmed_slots_and_stored_prefixes_give_the_bits_of_an_engine_that_keeps
     with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
         for prompt, out in zip(prompts, cached):
             assert _same(keeper.generate([prompt], PARAMS)[0], out)
+
+
+def test_a_turn_after_an_answer_longer_than_the_margin_keeps_the_read_from_its_window_checkpoint(monkeypatch):
+    """A hit keeps whole read chunks only (the engine claims batch invariance): after 200 answer tokens the
+    slot's window has moved past the read's last whole chunk, so the next turn's hit comes from the window the
+    read's end stored, with the bits of an engine that keeps everything."""
+    long_answer = SamplingParams(max_tokens=200, ignore_eos=True, logprobs=0)
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
+        assert engine.executor.batch_invariant
+        answer = engine.generate([LONG], long_answer)[0]
+        held = engine.executor.kv_held(0)
+        prompt = LONG + answer.token_ids + TOOL
+        cached = engine.generate([prompt], PARAMS)[0]
+        checkpoints = [
+            (e.fields["tokens"], e.fields["first"], e.fields["to"]) for e in engine.events.of_kind("CACHE_CHECKPOINT")
+        ]
+        hits = [(e.fields["source"], e.fields["tokens"]) for e in engine.events.of_kind("CACHE_HIT")]
+    exact = len(LONG) - len(LONG) % CHUNK
+    assert checkpoints[0] == (exact, exact - 1023, "store")
+    assert hits == [("store", exact)] and cached.cached_tokens == exact
+    assert held[0] > exact - 1023  # the answer's window had let go of the checkpoint's first positions
+    monkeypatch.setattr(kv_cache, "TRIM_MARGIN", 10**9)
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
+        assert _same(keeper.generate([prompt], PARAMS)[0], cached)

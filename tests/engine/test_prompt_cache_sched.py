@@ -141,7 +141,7 @@ def test_give_way_works_on_the_uncached_rest():
 def test_a_store_that_runs_out_of_memory_gives_way_and_no_request_fails():
     h = CachingHarness(batch=1, prefill_chunk=512, ctx=16384)
 
-    def no_memory(key, slot, tokens):
+    def no_memory(key, slot, tokens, first=0):
         raise MemoryError("the host is out of memory")
 
     h.sim.save_prefix = no_memory
@@ -167,3 +167,33 @@ def test_a_mostly_cached_turn_takes_over_a_cold_read_as_a_short_prompt_would(cac
     yielded = [(e["request"], e["to"]) for e in h.fields("YIELDED")]
     assert yielded == ([("cold", "turn2")] if cache_mib else []), yielded
     assert second.output_ids == h.solo_tokens("turn2", 8) and cold.output_ids == h.solo_tokens("cold", 8)
+
+
+def test_a_read_done_stores_the_window_before_its_last_whole_chunk_where_slots_trim_behind_a_window():
+    """Where a hit keeps whole read chunks only and a slot lets go of KV behind a window, a long answer would
+    move the slot's window past what a next turn can keep: the read's end stores that window (checkpoint)."""
+    h = CachingHarness(batch=1, prefill_chunk=512, ctx=16384)
+    h.sim.kv_window, h.sim.batch_invariant = 1024, True
+    h.scheduler = Scheduler(h.config, h.sim, clock=h.clock, sink=h.sink, events=h.events)
+    saves = []
+    save = h.sim.save_prefix
+    h.sim.save_prefix = lambda key, slot, tokens, first=0: (
+        saves.append((slot, tokens, first)) or save(key, slot, tokens, first)
+    )
+    h.submit("short", CONTEXT[:300], max_tokens=4)  # under one chunk: nothing whole to keep, no checkpoint
+    h.submit("turn1", CONTEXT, max_tokens=4)
+    h.run()
+    exact = 4000 - 4000 % 512
+    assert h.fields("CACHE_CHECKPOINT") == [
+        {
+            "request": "turn1",
+            "slot": 0,
+            "tokens": exact,
+            "first": exact - 1023,
+            "bytes": 1023 * 96 * 1024,
+            "to": "store",
+        }
+    ]
+    assert saves[0] == (0, exact, exact - 1023)
+    held = h.scheduler.prompt_cache.cache.store.entry(1)
+    assert (held.exact, held.first, held.min_keep, held.tokens) == (exact, exact - 1023, exact, tuple(CONTEXT[:exact]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 class SimPrefixCopies:
     supports_prefix_cache = True
     batch_invariant = False  # claimed by no cost model: a hit keeps every held token, not whole read chunks
+    kv_window = None  # no sliding window: a slot keeps every position
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -29,11 +30,11 @@ class SimPrefixCopies:
         self._wait_until(ms)
         self._end(ms)
 
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
-        held = self._held.get(slot, 0)
+    def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
+        held = self._kv[slot] if slot in self._kv else self._held.get(slot, 0)  # a live slot, or a freed one's
         if not 0 < tokens <= held:
             raise ValueError(f"save_prefix({key}, slot {slot}, {tokens} tokens): the slot holds {held}")
-        self._copy(tokens)
+        self._copy(tokens - first)
         self._stored[key] = tokens
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:

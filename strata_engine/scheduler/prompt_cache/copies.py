@@ -15,9 +15,11 @@ class PrefixCopies(Protocol):
     supports_prefix_cache: bool  # False: the prompt cache stays off whatever its size (slots are not reused)
     kv_bytes_per_token: int  # every layer's keys and values of one token: a stored token's cost; 0 = no host store
     batch_invariant: bool  # a row's logits are bitwise those of the row alone: a hit keeps only whole read chunks
+    kv_window: int | None  # a slot lets go of KV this far behind its rows (kv_held); None: it keeps every position
 
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
-        """Copy positions [0, tokens) of the slot's KV into host memory under key (may raise: out of memory)."""
+    def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
+        """Copy positions [first, tokens) of the slot's KV into host memory under key, from the lowest one the
+        slot still holds when that is higher (may raise: out of memory)."""
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
         """Copy the first `tokens` positions stored under key into the slot."""
@@ -39,8 +41,9 @@ class NoPrefixCache:
     supports_prefix_cache = False
     kv_bytes_per_token = 0
     batch_invariant = False
+    kv_window = None
 
-    def save_prefix(self, key: int, slot: int, tokens: int) -> None:
+    def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no prompt cache: save_prefix({key}, {slot}, {tokens})")
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:

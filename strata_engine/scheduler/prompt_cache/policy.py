@@ -6,7 +6,8 @@ store when the new prompt does not repeat it (CACHE_EVICT; store entries pushed 
 store hit is copied back (`restore_prefix`), the slot is prepared to keep `keep` positions, and the
 request starts with `tokens_read = cached_tokens = keep` (CACHE_HIT). `release` records what a leaving
 request's slot holds: a finished or cancelled request what it completely read or fed, a failed one
-nothing. A store that cannot take a copy (memory) evicts; a request never fails for the cache. Off when
+nothing. `checkpoint` (a read done, where slots let go of KV behind a window) stores the window a next turn
+needs. A store that cannot take a copy (memory) evicts; a request never fails for the cache. Off when
 `prompt_cache_mib` is 0 or the executor's `supports_prefix_cache` is False (`copies.PrefixCopies`).
 """
 
@@ -104,24 +105,31 @@ class PromptCache:
         self.cache.record(slot, tokens, request.tokens_read, request.cache_salt, self._generation(), min_keep, first)
 
     # -- the store ---------------------------------------------------------------------------------
+    def checkpoint(self, request: Request) -> None:
+        """The request's read is done: where a slot lets go of KV behind a window and a hit keeps only whole
+        read chunks, store the window before its last whole chunk's end (its checkpoint), so a next turn can
+        keep that much even after a long answer moved the slot's window past it (CACHE_CHECKPOINT)."""
+        cache, window = self.cache, self.executor.kv_window
+        if cache is None or cache.store is None or cache.align == 1 or window is None or request.slot is None:
+            return
+        exact = request.prompt_tokens - request.prompt_tokens % cache.align
+        if exact < cache.min_tokens:
+            return
+        first = max(0, exact - window + 1)
+        held = Held(
+            tuple(request.prompt_ids[:exact]),
+            exact,
+            request.cache_salt,
+            self._generation(),
+            min_keep=first + window - 1 if first else 0,
+            first=first,
+        )
+        to = self._to_store(request.slot, held)
+        self.emit("CACHE_CHECKPOINT", request, tokens=exact, first=first, bytes=cache.store.bytes_of(held), to=to)
+
     def _push_out(self, slot: int, held: Held) -> None:
-        store, to = self.cache.store, "dropped"
-        if store is not None:
-            key, dropped, copy = store.add(held)
-            for old_key, old, reason in dropped:
-                self._dropped(old_key, old, reason)
-            if key is not None and copy:
-                try:
-                    self.executor.save_prefix(key, slot, held.exact)
-                    to = "store"
-                except Exception as exc:  # memory pressure: the store gives way, the request goes on
-                    warnings.warn(f"saving slot {slot}'s prefix to the host store failed: {exc!r}", RuntimeWarning)
-                    store.remove(key)
-                    oldest = store.evict_oldest()
-                    if oldest is not None:
-                        self._dropped(*oldest, "memory")
-            elif key is not None:
-                to = "store"  # an entry already holds it
+        store = self.cache.store
+        to = self._to_store(slot, held) if store is not None else "dropped"
         self.slot_evictions += 1
         self.emit(
             "CACHE_EVICT",
@@ -132,6 +140,27 @@ class PromptCache:
             bytes=store.bytes_of(held) if store is not None else 0,
             to=to,
         )
+
+    def _to_store(self, slot: int, held: Held) -> str:
+        """Copy what `held` names from the slot into the store: "store", or "dropped" when the store refuses it
+        (larger than the cap) or the copy fails (memory: the store gives way, the request goes on)."""
+        store = self.cache.store
+        key, dropped, copy = store.add(held)
+        for old_key, old, reason in dropped:
+            self._dropped(old_key, old, reason)
+        if key is None:
+            return "dropped"
+        if copy:
+            try:
+                self.executor.save_prefix(key, slot, held.exact, held.first)
+            except Exception as exc:
+                warnings.warn(f"saving slot {slot}'s prefix to the host store failed: {exc!r}", RuntimeWarning)
+                store.remove(key)
+                oldest = store.evict_oldest()
+                if oldest is not None:
+                    self._dropped(*oldest, "memory")
+                return "dropped"
+        return "store"  # copied, or an entry already holds it
 
     def _drop(self, key: int, reason: str) -> None:
         held = self.cache.store.remove(key)

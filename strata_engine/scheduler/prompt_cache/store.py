@@ -2,8 +2,9 @@
 
 Contract: `add` takes a prefix (its tokens and bytes) and returns its key and the entries evicted to make
 room, least recently used first (the executor drops their bytes); an entry larger than the whole cap is
-refused (key None). A prefix that another entry of the same salt already covers is not added twice; entries the
-new one covers are dropped. `best` finds the entry a prompt can use most of; `touch` marks it used. Pure
+refused (key None). A prefix that another entry of the same salt already covers (every length it can give,
+from its `min_keep` to its `exact`) is not added twice; entries whose tokens the new one extends are dropped
+(a conversation's older turns). `best` finds the entry a prompt can use most of; `touch` marks it used. Pure
 Python: the bytes themselves live in the executor (runtime/prefix_copies.py on each stage).
 """
 
@@ -57,7 +58,11 @@ class PrefixStore:
         for key, other in list(self._entries.items()):
             if other.salt != held.salt or other.generation != held.generation:
                 continue
-            if other.exact >= held.exact and other.tokens[: held.exact] == held.tokens[: held.exact]:
+            if (
+                other.exact >= held.exact
+                and other.min_keep <= held.min_keep
+                and other.tokens[: held.exact] == held.tokens[: held.exact]
+            ):
                 self._entries.move_to_end(key)
                 return key, [], False
             if other.tokens[: other.exact] == held.tokens[: other.exact]:
