@@ -48,7 +48,7 @@ def describe(engine: Any) -> dict[str, Any]:
         "prompt_cache": engine.scheduler.prompt_cache.info(),
         "kernels": engine.kernels,
         "mkl_cbwr": None if engine.config.executor == "sim" else mkl_mode.pin(),
-        "kv": kv_info(engine),
+        "kv": {**kv_info(engine), "committed_bytes": committed_kv_bytes(engine)},
         "rss_bytes": _rss_bytes(),
     }
 
@@ -57,10 +57,13 @@ def kv_info(engine: Any) -> dict[str, Any]:
     """The KV cache's format and size (`/v1/engine` `kv`, and `/metrics`' strata_kv_* gauges): reserved is
     every slot at ctx; on CPU memory is committed only as positions are written and a windowed model's
     slot lets go of what its window left behind (model/kv_cache.py), so a slot holds at most
-    `positions_held_per_slot` and the process's resident bytes are the measure."""
+    `positions_held_per_slot` inside a forward and `positions_held_at_rest` between forwards;
+    /v1/engine adds `committed_bytes` (`committed_kv_bytes`), what the OS holds of the caches now."""
     per_position = int(getattr(engine.executor, "kv_bytes_per_token", 0) or 0)
     sc = engine.scheduler_config
     held = getattr(engine.ctx_choice, "held", None)
+    # model/kv_cache.positions_held: what a slot commits between forwards, and a read chunk more inside one
+    at_rest = sc.ctx if held is None else min(held - sc.prefill_chunk, sc.ctx)
     held = sc.ctx if held is None else min(held, sc.ctx)
     return {
         "dtype": engine.dtype,
@@ -68,10 +71,21 @@ def kv_info(engine: Any) -> dict[str, Any]:
         "bytes_per_position": per_position,
         "positions_per_slot": sc.ctx,
         "positions_held_per_slot": held,
+        "positions_held_at_rest": at_rest,
         "reserved_bytes": per_position * sc.ctx * sc.batch,
         "held_bytes_max": per_position * held * sc.batch,
         "committed": "as written" if engine.device == "cpu" else "at start",
     }
+
+
+def committed_kv_bytes(engine: Any) -> int | None:
+    """What the OS holds of this process's KV caches now (model/kv_cache.committed_bytes; /v1/engine only: it
+    reads a page table entry per reserved page); None for stage ranks (other processes), the simulator, off the CPU."""
+    caches = getattr(getattr(engine.executor, "pipeline", None), "caches", None)
+    if not caches:
+        return None
+    held = [cache.committed_bytes() for cache in caches]
+    return None if None in held else sum(held)
 
 
 def _rss_bytes() -> int | None:

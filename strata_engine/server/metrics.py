@@ -58,6 +58,7 @@ def kv_gauges(info: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         ("bytes_per_position", "strata_kv_bytes_per_position", "KV bytes of one position of one slot, every layer, scales included"),
         ("positions_per_slot", "strata_kv_positions_per_slot", "positions a slot may reach (--ctx)"),
         ("positions_held_per_slot", "strata_kv_positions_held_per_slot", "the most positions a slot holds at once (a sliding window's bound, else --ctx)"),
+        ("positions_held_at_rest", "strata_kv_positions_held_at_rest", "the most positions a slot holds between forwards (a read chunk fewer)"),
         ("held_bytes_max", "strata_kv_held_bytes_max", "the most KV bytes every slot together holds at once"),
     ):  # fmt: skip
         gauge = GaugeMetricFamily(name, doc, labels=["format"])

@@ -13,7 +13,7 @@ import pytest
 
 
 from strata_engine.params import SamplingParams
-from strata_engine.model.kv_cache import positions_held
+from strata_engine.model.kv_cache import positions_at_rest, positions_held
 
 import strata_engine.engine as engine_mod
 import strata_engine.engine_info as engine_info
@@ -262,9 +262,11 @@ def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_reques
             "bytes_per_position": 4 * 2 * 4 * 32 * 4,
             "positions_per_slot": 131072,
             "positions_held_per_slot": positions_held(1024, 512),
+            "positions_held_at_rest": positions_at_rest(1024),
             "reserved_bytes": 4096 * 131072 * 2,
             "held_bytes_max": 4096 * positions_held(1024, 512) * 2,
             "committed": "as written",
+            "committed_bytes": 0 if before is not None else None,  # nothing written yet
         }
         with serving(engine) as (url, _app):
             assert _sample(url, 'strata_kv_bytes_per_position{format="f32"}') == 4096
@@ -274,3 +276,7 @@ def test_the_engine_reports_its_kv_format_and_holds_no_kv_memory_before_a_reques
             grown = info["rss_bytes"] - before
             assert grown < kv["reserved_bytes"] // 4, f"the engine added {grown} bytes resident"
         assert engine.generate("a short prompt")[0].text is not None
+        if before is not None:  # a slot past the window holds at most its bound at rest (between decode steps)
+            engine.generate([[(7 + 31 * i) % 250 for i in range(3000)]], SamplingParams(max_tokens=4, ignore_eos=True))
+            committed = engine.info()["kv"]["committed_bytes"]
+            assert 1024 * 4096 <= committed <= (positions_at_rest(1024) + 64) * 4096, committed  # + the short one
