@@ -13,6 +13,7 @@ table with the CPU.
   .venv/bin/python benchmarks/bench_start.py --warm 0 --installed
   .venv/bin/python benchmarks/bench_start.py --warm 2 -- --layout plain --batch 4
   .venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4
+  .venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --batch 1 --ctx 131072
 """
 
 from __future__ import annotations
@@ -38,14 +39,17 @@ from strata_bench.provenance import cpu_line  # noqa: E402
 CACHES = ("XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
 
-def resident(url: str) -> str:
-    rss = httpx.get(f"{url}/v1/engine", timeout=30).json().get("rss_bytes")
-    return f"{rss / 1e6:.0f} MB" if rss else "-"
+def resident(url: str, kv: bool = False) -> str:
+    """`/v1/engine`'s resident bytes; with kv, and what the OS holds of the KV cache (`kv.committed_bytes`)."""
+    info = httpx.get(f"{url}/v1/engine", timeout=30).json()
+    rss, committed = info.get("rss_bytes"), info.get("kv", {}).get("committed_bytes")
+    shown = f"{rss / 1e6:.0f} MB" if rss else "-"
+    return f"{shown} (KV {committed / 2**20:.2f} MiB)" if kv and committed is not None else shown
 
 
-def start_once(command: str, timeout: float, read: int = 0) -> tuple[float, str, str]:
+def start_once(command: str, timeout: float, read: int = 0, decode: int = 1) -> tuple[float, str, str]:
     """Seconds to health, the engine's "ready in" line (or its last stderr line) and its resident memory
-    (then, with `read`, after one prompt of that many tokens)."""
+    (then, with `read`, after one prompt of that many tokens and `decode` tokens of its answer)."""
     began = time.monotonic()
     with EngineProcess(command, name="strata", start_timeout=timeout) as engine:
         took = time.monotonic() - began
@@ -55,9 +59,9 @@ def start_once(command: str, timeout: float, read: int = 0) -> tuple[float, str,
             httpx.post(
                 f"{engine.url}/v1/completions",
                 timeout=timeout,
-                json={"prompt": prompt, "max_tokens": 1, "temperature": 0},
+                json={"prompt": prompt, "max_tokens": decode, "ignore_eos": True, "temperature": 0},
             ).raise_for_status()
-            held += f" / {resident(engine.url)}"
+            held += f" / {resident(engine.url, kv=True)}"
         deadline = time.monotonic() + 10
         lines: list[str] = []
         while time.monotonic() < deadline:  # the line follows the health by a moment
@@ -83,6 +87,13 @@ def main() -> int:
         help="after health, read one N-token prompt and give the resident memory after it too",
     )
     p.add_argument(
+        "--decode",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --read: the answer's tokens (default 1); past 1 the slot's KV is measured between decode steps",
+    )
+    p.add_argument(
         "--installed",
         action="store_true",
         help="build the native ops first, as scripts/install.sh does (untimed): the cold start of a fresh install",
@@ -101,7 +112,7 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "strata_engine.runtime.native"], check=True)
         for i in range(1 + args.warm):
             kind = ("cold, installed" if args.installed else "cold") if i == 0 else f"warm {i}"
-            took, ready, resident = start_once(command, args.timeout, args.read)
+            took, ready, resident = start_once(command, args.timeout, args.read, args.decode)
             compiling = re.search(r"compiling the decode step: ([\d.]+) s", ready)
             rows.append(
                 f"| {kind} | {took:.1f} s | {compiling.group(1) + ' s' if compiling else '-'} | {resident} | {ready} |"
@@ -117,7 +128,7 @@ def main() -> int:
     print(f"`{command}`: CPU {cpu_line()}, {os.cpu_count()} cores")
     print()
     print(
-        f"| start | to health | compiling | resident{f' / after {args.read:,} tokens' if args.read else ''} | the engine's ready line |"
+        f"| start | to health | compiling | resident{f' / after {args.read:,} tokens and {args.decode} decoded (KV committed)' if args.read else ''} | the engine's ready line |"
     )
     print("|---|---:|---:|---:|---|")
     print("\n".join(rows))

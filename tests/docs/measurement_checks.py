@@ -247,6 +247,33 @@ CHECKS: dict[str, object] = {
         "tests/engine/test_native_isa_levels.py checks the levels"
     ),
     # docs/measurements/kv-memory.md
+    ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --batch 4 --ctx 131072": Run(
+        ((r"--read 45000 --decode 16 -- --batch 4 --ctx 131072$", "--read 300 --decode 4 -- --executor sim --batch 4"),)
+    ),
+    ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072": Run(
+        (
+            (
+                r"--read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072$",
+                "--read 300 --decode 4 -- --layout plain --executor sim --batch 4",
+            ),
+        )
+    ),
+    ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072 --kv-dtype k8v4": Run(
+        (
+            (
+                r"--read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072 --kv-dtype k8v4$",
+                "--read 300 --decode 4 -- --layout plain --executor sim --batch 4",
+            ),
+        )
+    ),
+    ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072 --kv-dtype q8": Run(
+        (
+            (
+                r"--read 45000 --decode 16 -- --layout plain --batch 4 --ctx 131072 --kv-dtype q8$",
+                "--read 300 --decode 4 -- --layout plain --executor sim --batch 4",
+            ),
+        )
+    ),
     ".venv/bin/python benchmarks/bench_start.py --warm 1 --read 45000 -- --layout plain --batch 4": Run(
         ((r"--warm 1 --read 45000 -- --layout plain --batch 4$", "--warm 0 --read 300 -- --executor sim --batch 4"),)
     ),
