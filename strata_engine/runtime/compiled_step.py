@@ -176,16 +176,29 @@ def _inductor_options(gemms: str, cache_tag: str = ""):
     return stack
 
 
+_ONEDNN = threading.Lock()
+_onednn_users = 0  # compiles inside _onednn_off now (stage threads compile at once)
+_onednn_was = True
+
+
 @contextlib.contextmanager
 def _onednn_off():
     """oneDNN off (only its switch, not `torch.backends.mkldnn.flags`' others) around the step's compile: float32
-    GEMMs on the CPU run MKL's either way."""
-    was = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
+    GEMMs on the CPU run MKL's either way. The switch is the process's: the first of overlapping compiles turns
+    it off, the last puts back what it found."""
+    global _onednn_users, _onednn_was
+    with _ONEDNN:
+        if _onednn_users == 0:
+            _onednn_was = torch.backends.mkldnn.enabled
+            torch.backends.mkldnn.enabled = False
+        _onednn_users += 1
     try:
         yield
     finally:
-        torch.backends.mkldnn.enabled = was
+        with _ONEDNN:
+            _onednn_users -= 1
+            if _onednn_users == 0:
+                torch.backends.mkldnn.enabled = _onednn_was
 
 
 def compile_cache_tag(model: torch.nn.Module, gemms: str = "template") -> str:

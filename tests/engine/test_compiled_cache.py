@@ -92,3 +92,18 @@ def test_the_vec_isa_probe_runs_once_and_the_warm_up_can_wait_for_it():
     compiled_step.probe_vec_isa()  # one probe at a time: the second call finds the first running or done
     assert compiled_step._probed.wait(120)
     assert len([t for t in threading.enumerate() if t.name == "strata-vec-isa-probe"]) <= 1
+
+
+def test_overlapping_compiles_put_onednn_back_only_when_the_last_one_ends():
+    """Stage threads compile at once: the switch is the process's, so one compile ending must not turn oneDNN
+    back on under another, nor leave it off after both."""
+    from strata_engine.runtime.compiled_step import _onednn_off
+
+    was = torch.backends.mkldnn.enabled
+    first, second = _onednn_off(), _onednn_off()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not torch.backends.mkldnn.enabled  # the second compile is still running
+    second.__exit__(None, None, None)
+    assert torch.backends.mkldnn.enabled == was
