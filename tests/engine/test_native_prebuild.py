@@ -69,3 +69,17 @@ def test_one_missing_op_is_built_here(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "read_verdicts", lambda: {})
     assert prebuild.build_missing(ops) == ["op_a"]
     assert int((marks / "a").read_text()) == os.getpid()
+
+
+def test_the_command_passes_its_jobs_on_and_refuses_fewer_than_one(monkeypatch, capsys):
+    import pytest
+
+    from strata_engine.runtime.native import __main__ as command
+
+    calls = []
+    monkeypatch.setattr(command, "missing", lambda ops: [] if calls else list(ops))
+    monkeypatch.setattr(command, "build_missing", lambda ops, jobs=None: calls.append(jobs))
+    assert command.main(["--jobs", "1"]) == 0 and calls == [1]
+    with pytest.raises(SystemExit) as exit_:
+        command.main(["--jobs", "0"])
+    assert exit_.value.code == 2 and "--jobs must be >= 1, got 0" in capsys.readouterr().err
