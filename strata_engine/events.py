@@ -17,7 +17,8 @@ from typing import Any, Callable
 # The prompt cache: CACHE_HIT (a request keeps `tokens` prompt tokens from `source` "slot" or "store"),
 # CACHE_EVICT (a prefix leaves a slot, source "slot", `to` "store" or "dropped"; or leaves the store, source
 # "store", `reason` "lru", "covered" by a longer one, "memory" or "failed"), each with its tokens and bytes;
-# CACHE_CHECKPOINT (a read's window before its last whole chunk's end, [first, tokens), `to` "store" or "dropped").
+# CACHE_CHECKPOINT (`of` "read": a read's window before its last whole chunk's end; "shared prefix": the window of
+# a prefix another prompt shares; positions [first, tokens), `to` "store" or "dropped").
 KINDS = (
     "ADMIT",
     "READ_START",

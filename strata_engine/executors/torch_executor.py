@@ -87,11 +87,17 @@ class TorchExecutor:
 
     def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
         self._copy(PrefixCopy("save", key, slot, tokens, first))
-        self._saved_floors[key] = max(first, self._floors.get(slot, 0))
+        self._saved_floors[key] = first or self._floors.get(slot, 0)  # a copy from `first` on, else from the floor
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
         self._copy(PrefixCopy("restore", key, slot, tokens))
         self._floors[slot] = self._saved_floors.get(key, 0)
+
+    def pin_prefix(self, slot: int, first: int, tokens: int) -> None:
+        self._copy(PrefixCopy("pin", 0, slot, tokens, first))
+
+    def unpin_prefix(self, slot: int) -> None:
+        self._copy(PrefixCopy("unpin", 0, slot))
 
     def drop_prefix(self, key: int) -> None:
         self._copy(PrefixCopy("drop", key))

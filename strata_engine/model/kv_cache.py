@@ -148,6 +148,8 @@ class LayerKV:
         self.views = self.format.name in ("model", "f32", "bf16") and self.k.dtype == dtype
         self.window = window
         self.held_from = [0] * num_slots  # per slot, the lowest position whose pages may be committed
+        self.pinned: dict[int, tuple[int, int]] = {}  # slot -> positions [lo, hi) a trim keeps (`KVCache.pin`)
+        self._above_pin: dict[int, int] = {}  # slot -> how far above its pinned range it has let go of
 
     @property
     def num_slots(self) -> int:
@@ -211,10 +213,18 @@ class LayerKV:
                 release(self._pages[name], tensor[slot, head, start:high])
 
     def trim(self, slot: int, floor: int) -> None:
-        """Let go of the slot's positions below `floor` (a row's `trim_floor`) that it still holds."""
-        if floor > self.held_from[slot]:
-            self.let_go(slot, self.held_from[slot], floor)
-            self.held_from[slot] = floor
+        """Let go of the slot's positions below `floor` (a row's `trim_floor`) that it still holds, but a pinned
+        range: what lies below and above it goes, the range and `held_from` at its start stay."""
+        lo, hi = self.pinned.get(slot, (floor, floor))
+        if lo >= floor:
+            lo = hi = floor
+        if lo > self.held_from[slot]:
+            self.let_go(slot, self.held_from[slot], lo)
+            self.held_from[slot] = lo
+        above = max(hi, self._above_pin.get(slot, hi))  # above the range, let go of up to here already
+        if floor > above:
+            self.let_go(slot, above, floor)
+            self._above_pin[slot] = floor
 
     def reset(self, slot: int) -> None:
         """Zero the slot, handing its pages back where it can. Correctness does not need it (attention reads
@@ -269,6 +279,21 @@ class KVCache:
             raise ValueError(f"slot {slot} out of range [0, {self.num_slots})")
         for layer in self.layers.values():
             layer.reset(slot)
+
+    def pin(self, slot: int, lo: int, hi: int) -> None:
+        """Keep the slot's positions [lo, hi) through its trims until `unpin` (a shared prefix's window, stored
+        once the read has written it)."""
+        if not 0 <= lo < hi <= self.ctx:
+            raise ValueError(f"cannot pin positions [{lo}, {hi}) of a {self.ctx}-position cache")
+        for layer in self.layers.values():
+            layer.pinned[slot] = (lo, hi)
+            layer._above_pin.pop(slot, None)
+
+    def unpin(self, slot: int) -> None:
+        """The pinned range goes with the slot's next trim."""
+        for layer in self.layers.values():
+            layer.pinned.pop(slot, None)
+            layer._above_pin.pop(slot, None)
 
     def trim(self, rows: Iterable) -> None:
         """Before a forward of `rows` (model/rows.Row: slot, first): each layer lets go of what they leave behind."""

@@ -1,7 +1,8 @@
 """The prompt cache's host copies on one stage: each stage (a thread's or a rank's) copies its own layers.
 
 The torch side of `scheduler/prompt_cache/copies.PrefixCopies` (`TorchExecutor.save_prefix` and the rest
-send these). Contract: a `PrefixCopy` (save, restore or drop; key, slot, tokens) travels through the
+send these). Contract: a `PrefixCopy` (save, restore, drop; pin or unpin a slot's [first, tokens) through its
+trims; key, slot, tokens, first) travels through the
 stages in order with the micro-batches (a thread stage's queue, a stage rank's COPY frame), so it runs
 between the forwards before and after it; `HostPrefixes.apply` carries it out on the stage's `KVCache`
 (model/kv_cache.py). A save that cannot get the memory raises; the scheduler's store then evicts
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from ..model.kv_cache import KVCache
 
-OPS = ("save", "restore", "drop")
+OPS = ("save", "restore", "drop", "pin", "unpin")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ class HostPrefixes:
             if copy.key not in self._copies:
                 raise KeyError(f"no stored prefix {copy.key} on this stage (layers {sorted(self.cache.layers)})")
             self.cache.restore(self._copies[copy.key], copy.slot, copy.tokens)
+        elif copy.op == "pin":
+            self.cache.pin(copy.slot, copy.first, copy.tokens)
+        elif copy.op == "unpin":
+            self.cache.unpin(copy.slot)
         else:
             self._copies.pop(copy.key, None)
 

@@ -52,6 +52,8 @@ def test_the_protocol_declares_every_call_and_the_cache_members():
         "kv_generation",
         "kv_held",
         "kv_window",
+        "pin_prefix",
+        "unpin_prefix",
     }
     assert set(members(PrefixCopies)) <= set(declared)
 

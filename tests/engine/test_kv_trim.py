@@ -100,6 +100,23 @@ def test_a_window_checkpoint_copies_only_the_window_and_travels_to_stage_ranks_w
     assert PrefixCopy.from_text(copy.to_text()) == copy
 
 
+def test_a_pinned_range_stays_through_trims_and_goes_with_the_first_trim_after_unpin():
+    cache = KVCache(CONFIG, num_slots=2, ctx=8192)
+    cache.pin(0, 1000, 1500)
+    _read(cache, 0, 0, 8192)
+    layer = cache[0]
+    assert layer.held_from[0] == 1000
+    assert torch.equal(layer.k[0, 1, 1000:1500, 0], torch.arange(1000, 1500, dtype=torch.float32))  # kept
+    floor = trim_floor(8192 - CHUNK, WINDOW)
+    assert layer.k[0, :, 1536 : floor - 16].abs().sum() == 0  # above the range: let go of, as without a pin
+    assert layer.k[0, :, : 1000 - 16].abs().sum() == 0
+    saved = cache.save(0, 1500, first=1000)
+    assert saved.first == 1000 and saved.nbytes == 4 * 2 * 4 * 64 * 4 * 500
+    cache.unpin(0)
+    cache.trim([Row(0, 0, 1, 8192, 8192, True)])
+    assert layer.held_from[0] == trim_floor(8192, WINDOW) and layer.k[0, :, 1000:1500].abs().sum() == 0
+
+
 # -- the embedded model (window 1,024): a conversation past the window and its margin ------------------------
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=0)
 LONG = [(7 + 31 * i) % 250 for i in range(3600)]  # trims from the first decode on: floor 512
@@ -160,3 +177,25 @@ def test_a_turn_after_an_answer_longer_than_the_margin_keeps_the_read_from_its_w
     monkeypatch.setattr(kv_cache, "TRIM_MARGIN", 10**9)
     with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
         assert _same(keeper.generate([prompt], PARAMS)[0], cached)
+
+
+def test_a_prefix_two_prompts_share_is_kept_for_the_third_after_the_window_moved_past_it(monkeypatch):
+    """Agents that share a system prompt: the first's window moved past it, so the second reads it cold but
+    keeps its window through the read (a pin) and stores it; the third keeps it, with the bits of an engine
+    that keeps everything."""
+    system = [(11 + 13 * i) % 250 for i in range(300)]
+    prompts = [system + [(7 * agent + 3 * j) % 250 for j in range(3000)] for agent in (1, 2, 3)]
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
+        outs = [engine.generate([prompt], PARAMS)[0] for prompt in prompts]
+        shared = [
+            (e.request_id, e.fields["tokens"], e.fields["first"], e.fields["to"])
+            for e in engine.events.of_kind("CACHE_CHECKPOINT")
+            if e.fields["of"] == "shared prefix"
+        ]
+        pinned = [layer.pinned for cache in engine.executor.pipeline.caches for layer in cache.layers.values()]
+    assert shared == [(outs[1].request_id, 256, 0, "store")]  # the system prompt in whole chunks
+    assert [out.cached_tokens for out in outs] == [0, 0, 256]
+    assert all(not pins for pins in pinned)  # every pin went with its read's end
+    monkeypatch.setattr(kv_cache, "TRIM_MARGIN", 10**9)
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
+        assert _same(keeper.generate([prompts[2]], PARAMS)[0], outs[2])

@@ -188,6 +188,7 @@ def test_a_read_done_stores_the_window_before_its_last_whole_chunk_where_slots_t
         {
             "request": "turn1",
             "slot": 0,
+            "of": "read",
             "tokens": exact,
             "first": exact - 1023,
             "bytes": 1023 * 96 * 1024,

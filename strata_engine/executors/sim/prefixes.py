@@ -44,5 +44,11 @@ class SimPrefixCopies:
         self._copy(tokens)
         self._held[slot] = tokens
 
+    def pin_prefix(self, slot: int, first: int, tokens: int) -> None:
+        pass  # the simulator lets go of no KV (kv_window None): nothing to keep
+
+    def unpin_prefix(self, slot: int) -> None:
+        pass
+
     def drop_prefix(self, key: int) -> None:
         self._stored.pop(key, None)

@@ -27,6 +27,12 @@ class PrefixCopies(Protocol):
     def drop_prefix(self, key: int) -> None:
         """Free the copy under key."""
 
+    def pin_prefix(self, slot: int, first: int, tokens: int) -> None:
+        """Keep the slot's positions [first, tokens) through its trims behind the window until `unpin_prefix`."""
+
+    def unpin_prefix(self, slot: int) -> None:
+        """Let the slot's trims take the pinned positions again."""
+
     def kv_generation(self) -> int:
         """Bumped whenever KV the executor held is lost (stage ranks restarted): older prefixes are void."""
 
@@ -51,6 +57,12 @@ class NoPrefixCache:
 
     def drop_prefix(self, key: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no prompt cache: drop_prefix({key})")
+
+    def pin_prefix(self, slot: int, first: int, tokens: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no prompt cache: pin_prefix({slot}, {first}, {tokens})")
+
+    def unpin_prefix(self, slot: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no prompt cache: unpin_prefix({slot})")
 
     def kv_generation(self) -> int:
         return 0

@@ -93,6 +93,19 @@ class PrefixCache:
         keep -= keep % self.align
         return keep if keep >= max(self.min_tokens, held.min_keep) else 0
 
+    def shared(self, prompt: Sequence[int], salt: str | None, generation: int) -> int:
+        """The longest prefix of `prompt` that a held or stored prefix has too, whether or not its KV can still
+        serve it (a window may have moved past it), in whole `align`s, at least `min_tokens`; else 0."""
+        best = 0
+        entries = [h for h in self._held if h is not None]
+        if self.store is not None:
+            entries += [self.store.entry(key) for key in self.store.keys()]
+        for held in entries:
+            if held.salt == salt and held.generation == generation:
+                best = max(best, min(common_prefix(held.tokens, prompt), held.exact, len(prompt) - 1))
+        best -= best % self.align
+        return best if best >= self.min_tokens else 0
+
     def cold_rank(self, slot: int) -> tuple[int, int]:
         """Order of free slots for a request without a hit: empty ones first, then least recently used."""
         return (self._held[slot] is not None, self._used[slot])

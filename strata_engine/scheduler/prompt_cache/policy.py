@@ -43,6 +43,7 @@ class PromptCache:
                 num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens, align=align
             )
         self.slot_evictions = 0
+        self._pins: dict[int, tuple[int, int]] = {}  # slot -> a shared prefix's window [first, end) kept for the store
 
     @property
     def enabled(self) -> bool:
@@ -82,6 +83,7 @@ class PromptCache:
                 placement = dataclasses.replace(placement, keep=0, source=None, store_key=None)
         cache.taken(placement)
         self.executor.prepare_slot(slot, placement.keep)
+        self._pin_shared(request, slot, placement.keep)
         request.tokens_read = request.cached_tokens = placement.keep
         if placement.keep:
             self.emit(
@@ -96,6 +98,7 @@ class PromptCache:
     def release(self, request: Request, slot: int) -> None:
         if self.cache is None:
             return
+        self._store_pinned(request, slot)  # a read that ended early, past its shared prefix or not
         if request.finish_reason == "error":  # its KV is in an unknown state
             self.cache.forget(slot)
             return
@@ -108,9 +111,13 @@ class PromptCache:
     def checkpoint(self, request: Request) -> None:
         """The request's read is done: where a slot lets go of KV behind a window and a hit keeps only whole
         read chunks, store the window before its last whole chunk's end (its checkpoint), so a next turn can
-        keep that much even after a long answer moved the slot's window past it (CACHE_CHECKPOINT)."""
+        keep that much even after a long answer moved the slot's window past it; and a pinned shared prefix's
+        window (CACHE_CHECKPOINT, `of` "read" or "shared prefix")."""
         cache, window = self.cache, self.executor.kv_window
-        if cache is None or cache.store is None or cache.align == 1 or window is None or request.slot is None:
+        if cache is None or request.slot is None:
+            return
+        self._store_pinned(request, request.slot)
+        if cache.store is None or cache.align == 1 or window is None:
             return
         exact = request.prompt_tokens - request.prompt_tokens % cache.align
         if exact < cache.min_tokens:
@@ -125,7 +132,57 @@ class PromptCache:
             first=first,
         )
         to = self._to_store(request.slot, held)
-        self.emit("CACHE_CHECKPOINT", request, tokens=exact, first=first, bytes=cache.store.bytes_of(held), to=to)
+        self.emit(
+            "CACHE_CHECKPOINT", request, of="read", tokens=exact, first=first, bytes=cache.store.bytes_of(held), to=to
+        )
+
+    def _pin_shared(self, request: Request, slot: int, keep: int) -> None:
+        """A prompt that shares more with a held or stored prefix than that prefix's KV can still give (a window
+        moved past it): keep the shared part's window in the slot while the read writes it (`pin_prefix`), to
+        store it at the read's end, so the next prompt sharing it keeps it (a system prompt, say)."""
+        window, cache = self.executor.kv_window, self.cache
+        if window is None or cache.store is None:
+            return
+        shared = cache.shared(request.prompt_ids, request.cache_salt, self._generation())
+        if shared <= keep:
+            return
+        first = max(0, shared - window + 1)
+        try:
+            self.executor.pin_prefix(slot, first, shared)
+        except Exception as exc:
+            warnings.warn(f"keeping slot {slot}'s shared prefix failed: {exc!r}", RuntimeWarning)
+            return
+        self._pins[slot] = (first, shared)
+
+    def _store_pinned(self, request: Request, slot: int) -> None:
+        """The slot's pinned shared prefix to the store once the read has written it; the pin goes either way."""
+        if slot not in self._pins:
+            return
+        first, end = self._pins.pop(slot)
+        try:
+            if request.tokens_read >= end and request.finish_reason != "error":
+                window = self.executor.kv_window
+                held = Held(
+                    tuple(request.prompt_ids[:end]),
+                    end,
+                    request.cache_salt,
+                    self._generation(),
+                    min_keep=first + window - 1 if first else 0,
+                    first=first,
+                    shared=True,
+                )
+                to = self._to_store(slot, held)
+                self.emit(
+                    "CACHE_CHECKPOINT",
+                    request,
+                    of="shared prefix",
+                    tokens=end,
+                    first=first,
+                    bytes=self.cache.store.bytes_of(held),
+                    to=to,
+                )
+        finally:
+            self.executor.unpin_prefix(slot)
 
     def _push_out(self, slot: int, held: Held) -> None:
         store = self.cache.store

@@ -4,7 +4,7 @@ Contract: `add` takes a prefix (its tokens and bytes) and returns its key and th
 room, least recently used first (the executor drops their bytes); an entry larger than the whole cap is
 refused (key None). A prefix that another entry of the same salt already covers (every length it can give,
 from its `min_keep` to its `exact`) is not added twice; entries whose tokens the new one extends are dropped
-(a conversation's older turns). `best` finds the entry a prompt can use most of; `touch` marks it used. Pure
+(a conversation's older turns), but a `shared` one only where the new one can give every length it can. `best` finds the entry a prompt can use most of; `touch` marks it used. Pure
 Python: the bytes themselves live in the executor (runtime/prefix_copies.py on each stage).
 """
 
@@ -26,6 +26,7 @@ class Held:
     generation: int  # the executor's KV generation when it was written (stage ranks that restart lose it)
     min_keep: int = 0  # the fewest tokens a hit may keep: below, its window's first keys were let go of
     first: int = 0  # positions below it were let go of: a stored copy holds [first, exact)
+    shared: bool = False  # a prefix other prompts were seen to share (a system prompt): only the cap takes it out
 
 
 class PrefixStore:
@@ -43,6 +44,9 @@ class PrefixStore:
 
     def entry(self, key: int) -> Held:
         return self._entries[key]
+
+    def keys(self) -> list[int]:
+        return list(self._entries)
 
     def bytes_of(self, held: Held) -> int:
         return max(0, held.exact - held.first) * self.bytes_per_token
@@ -65,7 +69,9 @@ class PrefixStore:
             ):
                 self._entries.move_to_end(key)
                 return key, [], False
-            if other.tokens[: other.exact] == held.tokens[: other.exact]:
+            if other.tokens[: other.exact] == held.tokens[: other.exact] and (
+                not other.shared or held.min_keep <= other.min_keep
+            ):
                 dropped.append((key, self._pop(key), "covered"))
         while self._entries and self.nbytes + size > self.cap_bytes:
             key = next(iter(self._entries))
