@@ -36,7 +36,8 @@ class TorchExecutor:
         self.kv_bytes_per_token = kv_bytes_per_token  # 0: no host store (slots are still reused)
         self.kv_window = kv_window  # the model's sliding window: the stages let go of KV behind it
         self._floors: dict[int, int] = {}  # slot -> positions below it let go of (the stages' trim, predicted)
-        self._saved_floors: dict[int, int] = {}  # stored prefix key -> its slot's floor when saved
+        self._saved_floors: dict[int, int] = {}  # stored prefix key -> the first position its copy holds
+        self._pins: dict[int, int] = {}  # slot -> the first position of its pinned range (pin_prefix)
         self._read_interval_ms: float | None = None  # between chunk completions in the last read run (pause target)
 
     @property
@@ -87,7 +88,8 @@ class TorchExecutor:
 
     def save_prefix(self, key: int, slot: int, tokens: int, first: int = 0) -> None:
         self._copy(PrefixCopy("save", key, slot, tokens, first))
-        self._saved_floors[key] = first or self._floors.get(slot, 0)  # a copy from `first` on, else from the floor
+        held = min(self._floors.get(slot, 0), self._pins.get(slot, tokens))  # the slot's lowest position held
+        self._saved_floors[key] = max(first, held)  # what the copy starts at (KVCache.save)
 
     def restore_prefix(self, key: int, slot: int, tokens: int) -> None:
         self._copy(PrefixCopy("restore", key, slot, tokens))
@@ -95,9 +97,11 @@ class TorchExecutor:
 
     def pin_prefix(self, slot: int, first: int, tokens: int) -> None:
         self._copy(PrefixCopy("pin", 0, slot, tokens, first))
+        self._pins[slot] = first  # the stages keep it from there (model/kv_cache.py), whatever the floor
 
     def unpin_prefix(self, slot: int) -> None:
         self._copy(PrefixCopy("unpin", 0, slot))
+        self._pins.pop(slot, None)
 
     def drop_prefix(self, key: int) -> None:
         self._copy(PrefixCopy("drop", key))

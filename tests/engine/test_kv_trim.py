@@ -199,3 +199,23 @@ def test_a_prefix_two_prompts_share_is_kept_for_the_third_after_the_window_moved
     monkeypatch.setattr(kv_cache, "TRIM_MARGIN", 10**9)
     with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, prompt_cache_mib=0, log_events=False) as keeper:
         assert _same(keeper.generate([prompts[2]], PARAMS)[0], outs[2])
+
+
+def test_without_batch_invariance_the_shared_prefix_and_the_next_turn_after_it_are_kept(monkeypatch):
+    """Where a hit keeps any length (no bitwise claim), the shared prefix is kept as it is (300 tokens), and the
+    prompt that kept it from the store keeps its whole turn next time: the slot's floor is the copy's, not the
+    floor of the slot it was copied from."""
+    from strata_engine.executors.torch_executor import TorchExecutor
+
+    monkeypatch.setattr(TorchExecutor, "batch_invariant", property(lambda self: False))
+    system = [(11 + 13 * i) % 250 for i in range(300)]
+    # the third is shorter than the second, whose slot had let go of more when it stored the shared prefix
+    prompts = [
+        system + [(7 * agent + 3 * j) % 250 for j in range(own)] for agent, own in ((1, 3000), (2, 3000), (3, 1500))
+    ]
+    with Engine.from_pretrained(batch=1, prefill_chunk=CHUNK, log_events=False) as engine:
+        outs = [engine.generate([prompt], PARAMS)[0] for prompt in prompts]
+        turn = prompts[2] + outs[2].token_ids + TOOL
+        after = engine.generate([turn], PARAMS)[0]
+    assert [out.cached_tokens for out in outs] == [0, 0, 300]
+    assert after.cached_tokens == len(prompts[2]) + len(outs[2].token_ids) - 1  # all it read and fed
