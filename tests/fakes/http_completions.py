@@ -140,6 +140,7 @@ def add_completions(app: FastAPI, args: argparse.Namespace, state: dict[str, Fak
             fake.running += 1
             burst = sampled and fake.bursts < args.burst_sampled  # a starved front end: the whole answer at once
             fake.bursts += burst
+            in_burst[0] = burst
             try:
                 await job.read
                 for index in range(max_tokens):
@@ -169,10 +170,16 @@ def add_completions(app: FastAPI, args: argparse.Namespace, state: dict[str, Fak
                 if held:
                     fake.serial_lock.release()
 
+        in_burst = [False]  # produce's: this answer goes out in one write
+
         async def stream():
+            held = []  # a burst's token events, written together: no other stream's token lands between them
             async for event in produce():
-                yield f"data: {json.dumps(event)}\n\n"
-            yield "data: [DONE]\n\n"
+                held.append(f"data: {json.dumps(event)}\n\n")
+                if not (in_burst[0] and event["choices"]):
+                    yield "".join(held)
+                    held = []
+            yield "".join(held) + "data: [DONE]\n\n"
 
         if not streamed:  # one JSON response: the choices' fields joined, as OpenAI's non-streaming form
             events = [event async for event in produce()]
