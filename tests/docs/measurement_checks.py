@@ -290,6 +290,12 @@ CHECKS: dict[str, object] = {
     ),
     ".venv/bin/python benchmarks/bench_import_rss.py": Run(),
     # docs/measurements/many-agents.md
+    'git worktree add --detach ../before d04c485 && ln -s "$PWD/.venv" ../before/.venv': Skip(
+        "makes a worktree of an older commit for the A/B below"
+    ),
+    ".venv/bin/strata-bench run --scenarios many_agents --scale 0.125 --repeat 3 --out runs/many-agents-window --arm before=\"env PYTHONPATH=$PWD/../before .venv/bin/strata-engine serve --batch 6 --ctx 16384 --prompt-cache 512\" --arm after='strata-engine serve --batch 6 --ctx 16384 --prompt-cache 512'": Skip(
+        MINUTES
+    ),
     ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents --arm strata='strata-engine serve --batch 6 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
     ),
