@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """The gate's verdicts with and without CPU hogs on the machine: does any check flip on an unmodified engine?
 
-Runs one `strata-verify` check (`interleave`, `cache`, `determinism`, `answers` or `needle`) --runs times per
-condition, quiet and with --hogs busy processes (one pure-Python loop each, bounded by the script's own
-lifetime and --hog-seconds, nothing on the network), against each --target: a Strata command
+Runs one `strata-verify` check (`interleave`, `cache`, `determinism`, `answers`, `needle` or `kv-quality`)
+--runs times per condition, quiet and with --hogs busy processes (one pure-Python loop each, bounded by the
+script's own lifetime and --hog-seconds, nothing on the network), against each --target: a Strata command
 (`--target strata='strata-engine serve ...'`, a fresh engine per phase, as the gate starts it) or a running
-server (`--target vllm=@http://127.0.0.1:8001`). Runs alternate quiet and loaded. Prints every run's verdict
+server (`--target vllm=@http://127.0.0.1:8001`). Without --target it runs the check as CI's plain
+`strata-verify CHECK` does: on the check's own default engine (its report names the command), or in process
+for `kv-quality`, which takes no engine. Runs alternate quiet and loaded. Prints every run's verdict
 and each step's status that differed from the first run of its target, as markdown, then per target:
 
 - a **verdict flip**: the target's verdict was not the same in every run (some PASS, some not);
@@ -41,7 +43,8 @@ import time
 from pathlib import Path
 
 VERIFY = str(Path(sys.executable).with_name("strata-verify"))
-CHECKS = ["interleave", "cache", "determinism", "answers", "needle"]
+CHECKS = ["interleave", "cache", "determinism", "answers", "needle", "kv-quality"]
+DEFAULT = "strata"  # the target's name without --target: no --engine or --url, the check's own default
 HEADER = (
     "| target | run | condition | load at start | verdict | wall | steps that differ from the target's first run |\n"
     "|---|---:|---|---:|---|---:|---|"
@@ -81,7 +84,7 @@ def run_check(check: str, target: str, extra: list[str]) -> dict:
     """One gate run; its JSON report (verdict and steps), or the failure to run it."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "verdict.json"
-        where = ["--url", target[1:]] if target.startswith("@") else ["--engine", target]
+        where = [] if not target else ["--url", target[1:]] if target.startswith("@") else ["--engine", target]
         began = time.monotonic()
         proc = subprocess.run([VERIFY, check, *where, "--json", str(out), *extra], capture_output=True, text=True)
         took = time.monotonic() - began
@@ -212,6 +215,16 @@ def engine_text(what: str) -> str:
     return " ".join([Path(program).name if "/" in program else program, rest]).strip()
 
 
+def target_engine(target: dict) -> str:
+    """The engine a target ran, as markdown: its command or URL, or (no --target) the command the check's report
+    names, or in process."""
+    if target["what"]:
+        return f"`{engine_text(target['what'])}`"
+    named = [r["report"].get("meta", {}).get("engine") for r in target["runs"]]
+    named = [e for e in named if e]
+    return f"`{engine_text(named[0])}` (the check's default)" if named else "in process (the check takes no engine)"
+
+
 def overview(records: list[dict]) -> str:
     """One row per series, target and condition: when, the runs, their verdicts, their wall times."""
     lines = [
@@ -228,7 +241,7 @@ def overview(records: list[dict]) -> str:
                 median = walls[half] if len(walls) % 2 else (walls[half - 1] + walls[half]) / 2
                 verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
                 lines.append(
-                    f"| {record['started']} | `{check}` | {target['name']} | `{engine_text(target['what'])}` | {cond} "
+                    f"| {record['started']} | `{check}` | {target['name']} | {target_engine(target)} | {cond} "
                     f"| {sum(counts.values())} | {verdicts} | {median:.0f} s ({walls[0]:.0f}-{walls[-1]:.0f} s) |"
                 )
     return "\n".join(lines) + "\n"
@@ -263,7 +276,8 @@ def main() -> int:
         "--target",
         action="append",
         metavar="NAME=COMMAND|NAME=@URL",
-        help="an engine command (a fresh engine per phase) or @URL of a running server; repeatable",
+        help="an engine command (a fresh engine per phase) or @URL of a running server; repeatable. Without it: "
+        "the check's own default engine, as CI's plain `strata-verify CHECK` (kv-quality: in process, no target)",
     )
     p.add_argument("--runs", type=int, default=10, help="runs per target and condition (default 10)")
     p.add_argument("--hogs", type=int, default=2, help="busy processes while loaded (default 2: one per core here)")
@@ -278,10 +292,10 @@ def main() -> int:
         text, code = markdown(argv)
         print(text, end="")
         return code
-    if not args.target:
-        p.error("--target is required (or --render FILE.json)")
-    targets = []
-    for spec in args.target:
+    if args.check == "kv-quality" and args.target:
+        p.error("kv-quality reads the embedded model in process: it takes no --target")
+    targets = [] if args.target else [(DEFAULT, "")]
+    for spec in args.target or []:
         name, sep, what = spec.partition("=")
         if not sep or not name or not what:
             p.error(f"--target: {spec!r} is not NAME=COMMAND or NAME=@URL")

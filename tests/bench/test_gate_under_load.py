@@ -107,3 +107,41 @@ def test_summary_gives_a_row_per_target_and_condition_with_the_median_wall(tmp_p
     assert "| then | `interleave` | vllm | `@http://x` | quiet | 3 | 3 PASS | 7 s (5-9 s) |" in text
     assert "| then | `interleave` | vllm | `@http://x` | loaded | 1 | 1 PASS | 12 s (12-12 s) |" in text
     assert gate.engine_text("/home/me/bin/llama-server -m x.gguf") == "llama-server -m x.gguf"
+
+
+def test_without_target_it_runs_the_check_as_ci_does_with_no_engine_and_kv_quality_is_one(tmp_path, monkeypatch):
+    gate = load_script()
+    assert "kv-quality" in gate.CHECKS
+    fake = tmp_path / "strata-verify"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nargs = sys.argv[1:]\n"
+        "out = args[args.index('--json') + 1]\n"
+        "json.dump({'report': {'verdict': 'PASS', 'steps': [], 'meta': {'argv': args}}}, open(out, 'w'))\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(gate, "VERIFY", str(fake))
+    argv = gate.run_check("kv-quality", "", ["--kv-dtype", "q8"])["meta"]["argv"]
+    assert argv[0] == "kv-quality" and "--engine" not in argv and "--url" not in argv
+    assert argv[-2:] == ["--kv-dtype", "q8"]
+    assert gate.run_check("answers", "strata-engine serve", [])["meta"]["argv"][1:3] == [
+        "--engine",
+        "strata-engine serve",
+    ]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check", "kv-quality", "--target", "x=y"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "takes no --target" in done.stderr
+
+
+def test_summary_names_the_default_engine_from_the_report_or_in_process():
+    gate = load_script()
+    ran = run(1, "quiet", "PASS", *PASSING)
+    ran["report"]["meta"] = {"engine": "env X=1 strata-engine serve --ctx 3072"}
+    kept = record(("strata", [ran]))
+    kept["targets"][0]["what"] = ""
+    assert "| `env X=1 strata-engine serve --ctx 3072` (the check's default) |" in gate.overview([kept])
+    del ran["report"]["meta"]
+    assert "| in process (the check takes no engine) |" in gate.overview([kept])
