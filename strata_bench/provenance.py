@@ -34,6 +34,8 @@ PACKAGES = (
     "transformers",
 )
 
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "STRATA_NATIVE_MARCH")  # what runs below the CPU's level
+
 
 def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -143,4 +145,5 @@ def collect(argv: list[str]) -> dict[str, Any]:
         "packages": package_versions(),
         "device": device_info(),
         "strata_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("STRATA_")},
+        "isa_env": {k: os.environ[k] for k in ISA_ENV if os.environ.get(k)},  # a lower vector level, forced
     }

@@ -153,6 +153,9 @@ def _measured_on(provenance: dict[str, Any]) -> str:
     parts = [f"{device.get('cpu', 'unknown CPU')}{model}, {device.get('cpu_count', '?')} CPU(s)"]
     if device.get("cpu_flags") is not None:
         parts.append("flags " + (" ".join(device["cpu_flags"]) or "none of avx avx2 fma avx512*"))
+    forced = provenance.get("isa_env") or {}
+    if forced:
+        parts.append("run at " + " ".join(f"{k}={v}" for k, v in forced.items()))
     parts += [f"torch {packages.get('torch')}", f"strata {revision[:7]}", str(provenance.get("date_utc", "undated"))]
     return "Measured on: " + "; ".join(parts) + "."
 

@@ -23,3 +23,15 @@ def test_cpu_line_names_the_model_family_and_vector_flags(monkeypatch):
 def test_cpu_line_without_cpuinfo_is_the_processor_name(monkeypatch):
     monkeypatch.setattr(provenance, "_cpuinfo", lambda field: None)
     assert provenance.cpu_line() == provenance._cpu_name()
+
+
+def test_a_run_forced_below_the_cpus_level_says_so_in_its_provenance_and_its_tables(monkeypatch):
+    from strata_bench.tables import _measured_on
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.delenv("STRATA_NATIVE_MARCH", raising=False)
+    recorded = provenance.collect(["strata-bench", "demo"])
+    assert recorded["isa_env"] == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    assert "run at ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2" in _measured_on(recorded)
+    assert "run at" not in _measured_on({**recorded, "isa_env": {}})
