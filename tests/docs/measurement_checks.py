@@ -278,6 +278,18 @@ CHECKS: dict[str, object] = {
         "builds every native op again at -march=x86-64-v3 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels"
     ),
+    # docs/measurements/start-up.md
+    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native --jobs 1": Skip(
+        "builds the four native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
+    ),
+    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native": Skip(
+        "builds the four native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
+    ),
+    # docs/measurements/demo.md
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/strata-bench demo": Skip(
+        "builds every native op again at -march=x86-64-v3 (about a minute a build), then the demo (~1 min); "
+        "README's demo command runs the same preset at this machine's level"
+    ),
     # docs/measurements/kv-memory.md
     ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --batch 4 --ctx 131072": Run(
         ((r"--read 45000 --decode 16 -- --batch 4 --ctx 131072$", "--read 300 --decode 4 -- --executor sim --batch 4"),)
