@@ -43,7 +43,7 @@ class PromptCache:
                 num_slots=config.batch, store=store, min_tokens=config.prompt_cache_min_tokens, align=align
             )
         self.slot_evictions = 0
-        self._pins: dict[int, tuple[int, int]] = {}  # slot -> a shared prefix's window [first, end) kept for the store
+        self._pins: dict[int, int] = {}  # slot -> the end of the shared prefix whose window it keeps for the store
 
     @property
     def enabled(self) -> bool:
@@ -120,20 +120,25 @@ class PromptCache:
         if cache.store is None or cache.align == 1 or window is None:
             return
         exact = request.prompt_tokens - request.prompt_tokens % cache.align
-        if exact < cache.min_tokens:
-            return
-        first = max(0, exact - window + 1)
+        if exact >= cache.min_tokens:
+            self._store_window(request, request.slot, exact, "read")
+
+    def _store_window(self, request: Request, slot: int, end: int, of: str, shared: bool = False) -> None:
+        """The window before the prompt's position `end` (all of it from 0 when shorter) to the store."""
+        window = self.executor.kv_window
+        first = max(0, end - window + 1)
         held = Held(
-            tuple(request.prompt_ids[:exact]),
-            exact,
+            tuple(request.prompt_ids[:end]),
+            end,
             request.cache_salt,
             self._generation(),
             min_keep=first + window - 1 if first else 0,
             first=first,
+            shared=shared,
         )
-        to = self._to_store(request.slot, held)
+        to = self._to_store(slot, held)
         self.emit(
-            "CACHE_CHECKPOINT", request, of="read", tokens=exact, first=first, bytes=cache.store.bytes_of(held), to=to
+            "CACHE_CHECKPOINT", request, of=of, tokens=end, first=first, bytes=self.cache.store.bytes_of(held), to=to
         )
 
     def _pin_shared(self, request: Request, slot: int, keep: int) -> None:
@@ -152,35 +157,16 @@ class PromptCache:
         except Exception as exc:
             warnings.warn(f"keeping slot {slot}'s shared prefix failed: {exc!r}", RuntimeWarning)
             return
-        self._pins[slot] = (first, shared)
+        self._pins[slot] = shared
 
     def _store_pinned(self, request: Request, slot: int) -> None:
         """The slot's pinned shared prefix to the store once the read has written it; the pin goes either way."""
         if slot not in self._pins:
             return
-        first, end = self._pins.pop(slot)
+        end = self._pins.pop(slot)
         try:
             if request.tokens_read >= end and request.finish_reason != "error":
-                window = self.executor.kv_window
-                held = Held(
-                    tuple(request.prompt_ids[:end]),
-                    end,
-                    request.cache_salt,
-                    self._generation(),
-                    min_keep=first + window - 1 if first else 0,
-                    first=first,
-                    shared=True,
-                )
-                to = self._to_store(slot, held)
-                self.emit(
-                    "CACHE_CHECKPOINT",
-                    request,
-                    of="shared prefix",
-                    tokens=end,
-                    first=first,
-                    bytes=self.cache.store.bytes_of(held),
-                    to=to,
-                )
+                self._store_window(request, slot, end, "shared prefix", shared=True)
         finally:
             self.executor.unpin_prefix(slot)
 
