@@ -127,6 +127,11 @@ CHECKS: dict[str, object] = {
     "XDG_CACHE_HOME=/tmp/tunex TORCHINDUCTOR_CACHE_DIR=~/.cache/strata/inductor .venv/bin/strata-engine tune --batch 6": Skip(
         "tune on the real engine takes a minute or two; tests/engine/test_machine_profile.py runs it (slow)"
     ),
+    # docs/measurements/demo.md
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/strata-bench demo": Skip(
+        "builds every native op again at -march=x86-64-v3 (about a minute a build), then the demo (~1 min); "
+        "README's demo command runs the same preset at this machine's level"
+    ),
     # docs/measurements/engines-avx2.md
     ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-avx2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
@@ -278,18 +283,6 @@ CHECKS: dict[str, object] = {
         "builds every native op again at -march=x86-64-v3 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels"
     ),
-    # docs/measurements/start-up.md
-    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native --jobs 1": Skip(
-        "builds the four native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
-    ),
-    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native": Skip(
-        "builds the four native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
-    ),
-    # docs/measurements/demo.md
-    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/strata-bench demo": Skip(
-        "builds every native op again at -march=x86-64-v3 (about a minute a build), then the demo (~1 min); "
-        "README's demo command runs the same preset at this machine's level"
-    ),
     # docs/measurements/kv-memory.md
     ".venv/bin/python benchmarks/bench_start.py --warm 0 --read 45000 --decode 16 -- --batch 4 --ctx 131072": Run(
         ((r"--read 45000 --decode 16 -- --batch 4 --ctx 131072$", "--read 300 --decode 4 -- --executor sim --batch 4"),)
@@ -377,6 +370,12 @@ CHECKS: dict[str, object] = {
         ((r"--repeat 3", "--repeat 1 --long 600 --tokens 24"),)
     ),
     # docs/measurements/start-up.md
+    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native --jobs 1": Skip(
+        "builds the four native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
+    ),
+    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native": Skip(
+        "builds the four native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
+    ),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
     ".venv/bin/python benchmarks/bench_start.py --warm 0 --installed": Run(
         (
