@@ -62,7 +62,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
 
     from .model.weights import read_config, resolve_model_path
 
-    from .model.kv_cache import positions_held
+    from .model.kv_cache import positions_at_rest, positions_held
 
     model_config = read_config(resolve_model_path(config.model))
     device = config.device or _default_device()
@@ -74,7 +74,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
         config.kv_dtype,
     )
     lazy = all(d.startswith("cpu") for d in (config.devices or (device,)))  # the CPU cache commits as it writes
-    return choose_ctx(
+    choice = choose_ctx(
         config.ctx,
         model_config.max_position_embeddings,
         config.batch,
@@ -83,6 +83,7 @@ def resolve_ctx(config: EngineConfig) -> ContextChoice:
         config.allow_ctx_beyond_model,
         held=positions_held(model_config.sliding_window, config.prefill_chunk) if lazy else None,
     )
+    return replace(choice, at_rest=positions_at_rest(model_config.sliding_window) if lazy else None)
 
 
 def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:

@@ -25,6 +25,7 @@ class ContextChoice:
     ctx: int
     why: str  # one line for /v1/engine and the server log
     held: int | None = None  # the most positions a slot commits at once (a window's bound); None: all of ctx
+    at_rest: int | None = None  # the most it commits between forwards (held less a read chunk); None: as held
 
 
 def kv_bytes_per_token(

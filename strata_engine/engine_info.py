@@ -61,9 +61,8 @@ def kv_info(engine: Any) -> dict[str, Any]:
     /v1/engine adds `committed_bytes` (`committed_kv_bytes`), what the OS holds of the caches now."""
     per_position = int(getattr(engine.executor, "kv_bytes_per_token", 0) or 0)
     sc = engine.scheduler_config
-    held = getattr(engine.ctx_choice, "held", None)
-    # model/kv_cache.positions_held: what a slot commits between forwards, and a read chunk more inside one
-    at_rest = sc.ctx if held is None else min(held - sc.prefill_chunk, sc.ctx)
+    held, at_rest = getattr(engine.ctx_choice, "held", None), getattr(engine.ctx_choice, "at_rest", None)
+    at_rest = sc.ctx if at_rest is None else min(at_rest, sc.ctx)
     held = sc.ctx if held is None else min(held, sc.ctx)
     return {
         "dtype": engine.dtype,
