@@ -26,14 +26,13 @@ so no autotuning runs and every bucket takes the same kind of kernel; the expert
 over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
 step takes 0.6-0.7x the `aten` one (docs/measurements/compiled-gemms.md); the cost is ~20 s more compiling per
 compiled step on a cold start (a warm one loads the graphs from inductor's FX graph cache, keyed by the weights
-and the CPU too: `_inductor_options`, `compile_cache_tag`) and one frozen copy of its layers' weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
+and the CPU too: runtime/compile_cache.py) and one frozen copy of its layers' weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
 batch invariance (backends.build_torch).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 import time
 import types
@@ -43,7 +42,7 @@ import torch.nn.functional as F
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
-from .native.build import machine_tag
+from .compile_cache import compile_cache_tag, inductor_options
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
@@ -152,72 +151,6 @@ def recompiles_allowed():
     return config.patch(**{name: max(getattr(config, name), 1 << 16)})
 
 
-def _inductor_options(gemms: str, cache_tag: str = ""):
-    """The inductor settings a step is compiled under: C++ GEMM templates over frozen weights, or the defaults.
-
-    The templates' graphs go through inductor's FX graph cache on a warm start only if no mkldnn tensor is among
-    the frozen graph's constants ("mkldnn tensors unpickleable"): freezing's weight-pack pass turns each linear
-    into MKL's packed linear, whose packed weight is one, and the template only ever reads the original weight
-    beside it. With oneDNN switched off while inductor's freezing passes register (once a process, at the first
-    frozen compile), the pass is not registered: a linear stays a GEMM over a frozen weight, which inductor's
-    GEMM lowering gives the same C++ template. `cache_tag` (`compile_cache_tag`) goes into the cache's key: the
-    key holds a frozen weight's shape, not its values, while the template's blocked copy of it is kept by value
-    in the cache entry. Either way the tag holds the CPU and ATen's vector level (`ATEN_CPU_CAPABILITY`), which
-    inductor's key does not: an entry made at another level gave wrong logits or corrupted the heap."""
-    stack = contextlib.ExitStack()
-    if gemms != "template":
-        stack.enter_context(torch.compiler.config.patch(cache_key_tag=cache_tag))
-        return stack
-    stack.enter_context(
-        torch._inductor.config.patch(freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP")
-    )
-    stack.enter_context(torch.compiler.config.patch(cache_key_tag=cache_tag))
-    stack.enter_context(_onednn_off())
-    return stack
-
-
-_ONEDNN = threading.Lock()
-_onednn_users = 0  # compiles inside _onednn_off now (stage threads compile at once)
-_onednn_was = True
-
-
-@contextlib.contextmanager
-def _onednn_off():
-    """oneDNN off (only its switch, not `torch.backends.mkldnn.flags`' others) around the step's compile: float32
-    GEMMs on the CPU run MKL's either way. The switch is the process's: the first of overlapping compiles turns
-    it off, the last puts back what it found."""
-    global _onednn_users, _onednn_was
-    with _ONEDNN:
-        if _onednn_users == 0:
-            _onednn_was = torch.backends.mkldnn.enabled
-            torch.backends.mkldnn.enabled = False
-        _onednn_users += 1
-    try:
-        yield
-    finally:
-        with _ONEDNN:
-            _onednn_users -= 1
-            if _onednn_users == 0:
-                torch.backends.mkldnn.enabled = _onednn_was
-
-
-def compile_cache_tag(model: torch.nn.Module, gemms: str = "template") -> str:
-    """What the step's inductor cache entries are keyed by beyond inductor's own key (the graph, shapes, strides,
-    dtypes, torch's source, inductor's options): this CPU's flags and ATen's vector level (the generated kernels
-    and the GEMM template's blocking are chosen for them) and, for the templates, a SHA-256 of the model's
-    weights (their blocked weights are kept in the entry). A changed model, CPU, level or torch never loads
-    another's entry."""
-    cpu = f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()}"
-    if gemms != "template":
-        return cpu
-    digest = hashlib.sha256()
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        t = t.detach()
-        digest.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
-        digest.update(t.contiguous().cpu().view(torch.uint8).numpy().tobytes())
-    return f"{cpu} weights {digest.hexdigest()[:16]}"
-
-
 def buckets(num_slots: int, row_tile: int) -> dict[int, int]:
     """rows -> the padded row count of its graph: a multiple of the row tile, else a power of two."""
     if row_tile > 1:
@@ -300,7 +233,7 @@ class CompiledDecode:
         recompile builds the same kind of graph."""
         stack = contextlib.ExitStack()
         stack.enter_context(recompiles_allowed())
-        stack.enter_context(_inductor_options(self.gemms, self.cache_tag))
+        stack.enter_context(inductor_options(self.gemms, self.cache_tag))
         return stack
 
     def run(self, part) -> bool:

@@ -17,7 +17,8 @@ from torch._dynamo.utils import counters
 from test_compiled_step import decode
 from strata_engine.model import load_model
 from strata_engine.model.kv_cache import KVCache
-from strata_engine.runtime.compiled_step import CompiledDecode, _inductor_options, compile_cache_tag
+from strata_engine.runtime.compile_cache import compile_cache_tag, inductor_options
+from strata_engine.runtime.compiled_step import CompiledDecode
 from strata_engine.runtime.invariance import apply_row_tile
 
 
@@ -33,11 +34,11 @@ def test_the_cache_tag_follows_the_weights():
 
 def test_the_template_options_turn_onednn_off_only_inside():
     was = torch.backends.mkldnn.enabled
-    with _inductor_options("template", "tag-1"):
+    with inductor_options("template", "tag-1"):
         assert not torch.backends.mkldnn.enabled
         assert torch._inductor.config.freezing and torch.compiler.config.cache_key_tag == "tag-1"
     assert torch.backends.mkldnn.enabled == was and torch.compiler.config.cache_key_tag == ""
-    with _inductor_options("aten", "tag-2"):
+    with inductor_options("aten", "tag-2"):
         assert torch.backends.mkldnn.enabled == was and not torch._inductor.config.freezing
         assert torch.compiler.config.cache_key_tag == "tag-2"
 
@@ -49,7 +50,7 @@ def test_the_cache_tag_follows_atens_vector_level():
     here = compile_cache_tag(model, "aten")
     assert "weights" not in here and torch.backends.cpu.get_cpu_capability() in here
     code = (
-        "from strata_engine.model import load_model; from strata_engine.runtime.compiled_step import compile_cache_tag;"
+        "from strata_engine.model import load_model; from strata_engine.runtime.compile_cache import compile_cache_tag;"
         "print(compile_cache_tag(load_model('strata-tiny-moe')[0], 'aten'))"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
@@ -97,7 +98,7 @@ def test_the_vec_isa_probe_runs_once_and_the_warm_up_can_wait_for_it():
 def test_overlapping_compiles_put_onednn_back_only_when_the_last_one_ends():
     """Stage threads compile at once: the switch is the process's, so one compile ending must not turn oneDNN
     back on under another, nor leave it off after both."""
-    from strata_engine.runtime.compiled_step import _onednn_off
+    from strata_engine.runtime.compile_cache import _onednn_off
 
     was = torch.backends.mkldnn.enabled
     first, second = _onednn_off(), _onednn_off()
