@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .config import EngineConfig
 from .heap import hand_back
@@ -31,6 +31,9 @@ from .errors import RequestError
 from .params import SamplingParams
 from .scheduler.request import Request
 from .scheduler.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from .layout import Machine
 
 __all__ = ["Engine", "Completion", "TokenOutput", "Finished", "RequestHandle", "SamplingParams", "RequestError"]
 
@@ -47,6 +50,27 @@ def _log_echo(line: str) -> None:
     # the application turns DEBUG on for "strata_engine.events".
     if _event_log.isEnabledFor(logging.DEBUG):
         _event_log.debug("%s", line)
+
+
+def config_for(
+    name_or_path: str,
+    layout: str = "plain",
+    config: Mapping[str, Any] | None = None,
+    machine: Machine | Callable[[EngineConfig], Machine] | None = None,
+) -> EngineConfig:
+    """The EngineConfig `Engine.from_pretrained(name_or_path, layout, **config)` builds. `plain` is the fields as
+    given; `fastest` and `auto` resolve as `serve --layout` does (layout.resolve), the fields passed being the flags
+    given: `fastest` beside one of layout.SHAPING raises the CLI's ValueError, `auto` beside one stays plain.
+    `machine` stands in for this machine (layout.this_machine). The one-line why goes to the engine's log."""
+    given = dict(config or {})
+    flagged = EngineConfig(model=name_or_path, **given)
+    if layout == "plain":
+        return flagged
+    from .layout import resolve
+
+    laid_out, why = resolve(flagged, layout, given=set(given), env=flagged.env, machine=machine)
+    _log_echo(f"layout {why}")
+    return laid_out
 
 
 class Engine:
@@ -89,8 +113,10 @@ class Engine:
         hand_back()  # what start-up freed goes back to the OS before the first request
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str = "strata-tiny-moe", **config: Any) -> "Engine":
-        return cls(EngineConfig(model=name_or_path, **config))
+    def from_pretrained(cls, name_or_path: str = "strata-tiny-moe", layout: str = "plain", **config: Any) -> "Engine":
+        """An engine for a model name or folder, in `layout`: `plain` (the default) builds the fields as given;
+        `fastest` and `auto` lay it out as `strata-engine serve --layout` does (`config_for`)."""
+        return cls(config_for(name_or_path, layout, config))
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> "Engine":

@@ -1,5 +1,5 @@
 """`strata-engine tune`: time `--layout plain` and `--layout fastest` on this machine and keep the faster one in the
-machine profile that `serve --layout auto` follows (machine_profile.py)."""
+machine profile that `serve --layout auto` follows (tuning.py times them, machine_profile.py keeps the verdict)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def tune(tokens: int, read_tokens: int, show: bool, **options: Any) -> None:
     for `serve --layout auto` (a minute or two: the fastest layout compiles first). The profile is kept per CPU,
     core count, torch, Strata version and model in machine-profile.json in the cache folder
     ($XDG_CACHE_HOME/strata, else ~/.cache/strata); delete it to go back to the documented default."""
-    from .. import machine_profile
+    from .. import machine_profile, tuning
 
     config = engine_config(options)
     if show:
@@ -51,7 +51,7 @@ def tune(tokens: int, read_tokens: int, show: bool, **options: Any) -> None:
     except ValueError as err:
         raise click.UsageError(f"{err}: tune compares the layouts themselves") from None
     keep_compile_cache()  # the fastest layout's compiled step lands in the cache a later serve reads
-    machine_profile.tune(
+    tuning.tune(
         configs, config.batch, tokens, read_tokens, config.model, say=lambda line: click.echo(line, err=True),
         env=config.env,
     )  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from strata_engine import machine_profile
+from strata_engine import machine_profile, tuning
 from strata_engine.config import EngineConfig
 from strata_engine.layout import LAYOUT_ENV, Machine, resolve
 
@@ -64,13 +64,13 @@ def test_tune_keeps_the_faster_layout_per_machine_and_model(tmp_path):
     fake = lambda config, batch, tokens, read: {**profile("x")["measured"]["plain"], "work_s": work[config.layout]}  # noqa: E731
     configs = {"plain": EngineConfig(layout="plain"), "fastest": EngineConfig(layout="fastest")}
     said = []
-    entry = machine_profile.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, say=said.append, env=env)
+    entry = tuning.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, say=said.append, env=env)
     assert entry["layout"] == "fastest" and entry["work"] == {"batch": 4, "tokens": 8, "read_tokens": 64}
     assert machine_profile.read("strata-tiny-moe", env) == entry
     assert machine_profile.read("another-model", env) is None  # a profile holds for its model only
     assert any("fastest did the work in 1.50 s against plain's 2.50 s" in line for line in said)
     work["plain"] = 0.5  # tuned again (another day): the newer measurement replaces the entry
-    assert machine_profile.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, env=env)["layout"] == "plain"
+    assert tuning.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, env=env)["layout"] == "plain"
     assert machine_profile.read("strata-tiny-moe", env)["layout"] == "plain"
     table = json.loads(machine_profile.profile_path(env).read_text())
     assert list(table) == [machine_profile.machine_key("strata-tiny-moe")]
