@@ -223,6 +223,9 @@ class CompiledDecode:
                             self.bucket_of[rows], self.model.config.hidden_size, device=self.device, dtype=self.dtype
                         ),
                     )
+            for slot in range(max(largest.values())):  # the pages those writes committed go back to the OS
+                for i in self.layers:
+                    self.cache.layers[i].reset(slot)
         finally:
             torch.set_num_threads(previous)
         return time.perf_counter() - start
