@@ -133,8 +133,16 @@ def run(
     help="run the simulated engine this many times faster than modelled time",
 )
 @click.option("--scenarios", "scenario_list", help="a subset of the preset's scenarios")
+@click.option("--arms", "arm_list", help="a subset of the preset's arms (comma-separated names, as --list shows)")
 @bench_options
-def preset(name: str | None, list_only: bool, time_scale: float | None, scenario_list: str | None, **opts: Any) -> None:
+def preset(
+    name: str | None,
+    list_only: bool,
+    time_scale: float | None,
+    scenario_list: str | None,
+    arm_list: str | None,
+    **opts: Any,
+) -> None:
     """Run a preset bench (e.g. pr2050: the spec's table on the simulated executor)."""
     if list_only or not name:
         for key in available_presets():
@@ -144,7 +152,7 @@ def preset(name: str | None, list_only: bool, time_scale: float | None, scenario
                 f"{', '.join(p.scenarios)}; repeat {p.repeat}; scale {p.scale:g}"
             )
         return
-    sys.exit(_execute(_config((), scenario_list, name, time_scale, False, opts), opts))
+    sys.exit(_execute(_config((), scenario_list, name, time_scale, False, opts, arm_list), opts))
 
 
 @main.command()
@@ -262,14 +270,17 @@ def _config(
     time_scale: float | None,
     cold_per_arm: bool,
     opts: dict[str, Any],
+    arm_list: str | None = None,
 ) -> BenchConfig:
-    """Validate everything up front: a bad arm, scenario, preset or URL stops here (exit 2)."""
+    """Validate everything up front: a bad arm, scenario, preset or URL stops here (exit 2). `arm_list`: a subset
+    of the preset's arms."""
     try:
         repeat, scale, ts = opts["repeat"], opts["scale"], time_scale
         if preset_name:
             if arm_texts:
                 raise click.UsageError("--preset brings its own arms; drop --arm or --preset")
-            p, left_out = load_preset(preset_name).installed()
+            chosen = load_preset(preset_name)
+            p, left_out = (chosen.only(arm_list) if arm_list else chosen).installed()
             for line in left_out:
                 click.echo(f"strata-bench: {line}", err=True)
             ts = p.time_scale if ts is None else ts

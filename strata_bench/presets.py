@@ -47,6 +47,19 @@ class Preset:
             raise PresetError(f"preset {self.name!r} runs a real engine: --time-scale does not apply to it")
         return [f"{name}={command.replace('{time_scale}', f'{time_scale:g}')}" for name, command in self.arms]
 
+    def only(self, names: str) -> "Preset":
+        """The preset with the arms `names` (comma-separated) names, in the preset's order; a name it lacks is
+        an error that lists its arms."""
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        known = [name for name, _ in self.arms]
+        unknown = [n for n in wanted if n not in known]
+        if unknown or not wanted:
+            raise PresetError(
+                f"preset {self.name!r} has no arm {', '.join(map(repr, unknown)) or '(none given)'}; "
+                f"its arms: {', '.join(known)}"
+            )
+        return replace(self, arms=tuple(arm for arm in self.arms if arm[0] in wanted))
+
     def installed(self) -> tuple["Preset", list[str]]:
         """The preset with the engine placeholders filled in, and a line per arm left out (not installed)."""
         arms, notes = [], []

@@ -26,6 +26,9 @@ def test_bad_input_is_a_usage_error_before_anything_runs(tmp_path):
         (["--preset", "demo", "--time-scale", "5"], "real engine"),
     ]
     assert_usage_errors("run", cases, out)
+    assert_usage_errors(
+        "preset", [(["demo", "--arms", "release,nope"], "preset 'demo' has no arm 'nope'; its arms: ")], out
+    )
     r = bench("report", str(tmp_path))
     assert r.returncode == 2 and "not a bench directory" in r.stderr
 
