@@ -23,7 +23,12 @@ def test_engines_not_installed_are_left_out_saying_how_to_install(tmp_path, monk
     monkeypatch.setenv("STRATA_VLLM", str(tmp_path / "absent"))
     monkeypatch.setenv("STRATA_LLAMA_SERVER", str(tmp_path / "absent"))
     preset, notes = load_preset("engines").installed()
-    assert [name for name, _ in preset.arms] == ["strata-release", "strata-fastest", "strata-fastest-mkl"]
+    assert [name for name, _ in preset.arms] == [
+        "strata-default",
+        "strata-release",
+        "strata-fastest",
+        "strata-fastest-mkl",
+    ]
     assert "arm 'vllm' left out: vLLM is not installed: run `bash scripts/install_vllm.sh`" in notes[0]
     assert (
         "arm 'llama-server' left out: llama.cpp's llama-server is not built: run `bash scripts/install_llama_cpp.sh`"
@@ -42,9 +47,19 @@ def test_a_preset_with_no_installed_engine_is_an_error(tmp_path, monkeypatch):
 def test_the_engines_preset_runs_the_spec_scenarios_in_abba_rounds():
     preset = load_preset("engines")
     assert preset.scenarios == ("two_joiners", "followup", "read_alone") and preset.repeat >= 2
-    assert {"strata-release", "strata-fastest", "strata-fastest-mkl", "vllm", "llama-server"} == {
+    assert {"strata-default", "strata-release", "strata-fastest", "strata-fastest-mkl", "vllm", "llama-server"} == {
         name for name, _ in preset.arms
     }
+    assert dict(preset.arms)["strata-default"] == "strata-engine serve --batch 6 --ctx 8192"  # no layout flag
+
+
+def test_a_preset_runs_the_arms_named_in_its_own_order_and_names_its_arms_for_an_unknown_one():
+    preset = load_preset("engines")
+    assert [name for name, _ in preset.only("vllm, strata-default").arms] == ["strata-default", "vllm"]
+    with pytest.raises(PresetError, match="has no arm 'nope'; its arms: strata-default, strata-release"):
+        preset.only("vllm,nope")
+    with pytest.raises(PresetError, match="none given"):
+        preset.only(" , ")
 
 
 def test_the_benchmark_scripts_arms_parse_as_runs_do_and_name_what_cannot_run(tmp_path, monkeypatch):
