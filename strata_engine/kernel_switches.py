@@ -4,7 +4,8 @@ Contract: `kernel_mode(name)` reads one op's variable (`KERNEL_ENVS`): auto or u
 and ATen's calls as measured on this machine (runtime/native/choice.py), 1 = the op, 0 = ATen's calls;
 anything else raises naming the variable (knobs.py parses both). `native_march()` is g++'s -march for every op (default
 native); `cache_dir()` is where per-machine verdicts are kept; `keep_compile_cache()` (the command line's,
-before an engine is built) puts inductor's compile cache there too, unless TORCHINDUCTOR_CACHE_DIR is set.
+before an engine is built) puts inductor's compile cache there too, a folder per ATen vector level
+(`compile_cache_dir`), unless TORCHINDUCTOR_CACHE_DIR is set.
 """
 
 from __future__ import annotations
@@ -40,7 +41,16 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own variable; its default is /tmp/torchinductor_$USER
 
 
+def compile_cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
+    """`root`/aten-LEVEL: inductor's caches apart per ATen vector level (`ATEN_CPU_CAPABILITY`, default: the
+    CPU's own). Some entry below the FX graph cache's key ignores the step's cache tag: graphs compiled at the
+    AVX-512 level and loaded under ATEN_CPU_CAPABILITY=avx2 gave other tokens (tests/engine/test_compiled_step.py
+    at the forced level), while each level's own folder gives the eager tokens."""
+    level = knobs.environ(env).get("ATEN_CPU_CAPABILITY", "").strip().lower() or "default"
+    return root / f"aten-{''.join(c if c.isalnum() else '_' for c in level)}"
+
+
 def keep_compile_cache() -> None:
-    """The compiled step's caches in `cache_dir()/inductor`, kept across reboots unlike torch's /tmp default,
-    unless the variable is set; stage ranks inherit it. Called at the command line's edge, never on import."""
-    os.environ.setdefault(COMPILE_CACHE_ENV, str(cache_dir() / "inductor"))
+    """The compiled step's caches in `cache_dir()/inductor/aten-LEVEL`, kept across reboots unlike torch's /tmp
+    default, unless the variable is set; stage ranks inherit it. Called at the command line's edge, never on import."""
+    os.environ.setdefault(COMPILE_CACHE_ENV, str(compile_cache_dir(cache_dir() / "inductor")))
