@@ -43,9 +43,9 @@ COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own variable; its defau
 
 def compile_cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
     """`root`/aten-LEVEL: inductor's caches apart per ATen vector level (`ATEN_CPU_CAPABILITY`, default: the
-    CPU's own). Some entry below the FX graph cache's key ignores the step's cache tag: graphs compiled at the
-    AVX-512 level and loaded under ATEN_CPU_CAPABILITY=avx2 gave other tokens (tests/engine/test_compiled_step.py
-    at the forced level), while each level's own folder gives the eager tokens."""
+    CPU's own). A step recompiled outside its warm-up was keyed by no level (runtime/compile_cache.py,
+    `tag_every_compile`, now keys it) and loaded graphs made at another level: other tokens. Apart, no entry of
+    one level can reach another, whatever a key holds."""
     level = knobs.environ(env).get("ATEN_CPU_CAPABILITY", "").strip().lower() or "default"
     return root / f"aten-{''.join(c if c.isalnum() else '_' for c in level)}"
 

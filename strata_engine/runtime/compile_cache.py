@@ -3,8 +3,8 @@ that keys an entry to these weights, this CPU and ATen's vector level.
 
 Contract: `inductor_options(gemms, tag)` is the context a step compiles in (`template`: C++ GEMM templates over
 frozen weights with oneDNN off, `_onednn_off`, shared by stage threads compiling at once; else the defaults),
-each with `tag` in the cache's key; `compile_cache_tag(model, gemms)` is that tag. Measured:
-docs/measurements/start-up.md.
+each with `tag` in the cache's key; `compile_cache_tag(model, gemms)` is that tag; `tag_every_compile()` keys a
+step's later recompiles by the CPU too. Measured: docs/measurements/start-up.md.
 """
 
 from __future__ import annotations
@@ -67,13 +67,27 @@ def _onednn_off():
                 torch.backends.mkldnn.enabled = _onednn_was
 
 
+def tag_every_compile() -> None:
+    """The CPU's part of the tag (`cpu_tag`) for every compile in this process, where nothing else set a default:
+    a step recompiled outside its warm-up (dynamo's guards fail: another thread count, another grad mode) is
+    keyed by it too. Without it such a recompile at ATEN_CPU_CAPABILITY=avx2 loaded an entry made at the AVX-512
+    level and gave other tokens (tests/engine/test_compiled_step.py's steps run at another thread count)."""
+    if not torch.compiler.config.cache_key_tag:
+        torch.compiler.config.cache_key_tag = cpu_tag()
+
+
+def cpu_tag() -> str:
+    """This CPU's flags and ATen's vector level: what the generated kernels are chosen for."""
+    return f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()}"
+
+
 def compile_cache_tag(model: torch.nn.Module, gemms: str = "template") -> str:
     """What the step's inductor cache entries are keyed by beyond inductor's own key (the graph, shapes, strides,
     dtypes, torch's source, inductor's options): this CPU's flags and ATen's vector level (the generated kernels
     and the GEMM template's blocking are chosen for them) and, for the templates, a SHA-256 of the model's
     weights (their blocked weights are kept in the entry). A changed model, CPU, level or torch never loads
     another's entry."""
-    cpu = f"strata cpu {machine_tag()} {torch.backends.cpu.get_cpu_capability()}"
+    cpu = cpu_tag()
     if gemms != "template":
         return cpu
     digest = hashlib.sha256()

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from ..model.attention import attend_row
 from ..model.transformer import MoE
-from .compile_cache import compile_cache_tag, inductor_options
+from .compile_cache import compile_cache_tag, inductor_options, tag_every_compile
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache
@@ -177,6 +177,7 @@ class CompiledDecode:
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms
         self.cache_tag = compile_cache_tag(model, gemms)
+        tag_every_compile()
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)

@@ -17,7 +17,7 @@ from torch._dynamo.utils import counters
 from test_compiled_step import decode
 from strata_engine.model import load_model
 from strata_engine.model.kv_cache import KVCache
-from strata_engine.runtime.compile_cache import compile_cache_tag, inductor_options
+from strata_engine.runtime.compile_cache import compile_cache_tag, cpu_tag, inductor_options, tag_every_compile
 from strata_engine.runtime.compiled_step import CompiledDecode
 from strata_engine.runtime.invariance import apply_row_tile
 
@@ -56,6 +56,19 @@ def test_the_cache_tag_follows_atens_vector_level():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     there = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert there.stdout.split()[-1] == "DEFAULT" and there.stdout.strip() != here
+
+
+def test_a_recompile_outside_the_warm_up_is_keyed_by_the_cpu_and_level_too(monkeypatch):
+    """A step recompiled where its guards fail (another thread count) is outside the warm-up's tag: without a
+    process default it was keyed by no level, and at ATEN_CPU_CAPABILITY=avx2 loaded an AVX-512 entry (wrong
+    tokens). A default someone else set stays."""
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "")
+    tag_every_compile()
+    assert torch.compiler.config.cache_key_tag == cpu_tag()
+    assert torch.backends.cpu.get_cpu_capability() in cpu_tag()
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "theirs")
+    tag_every_compile()
+    assert torch.compiler.config.cache_key_tag == "theirs"
 
 
 def _warm_up(model) -> dict:
