@@ -4,14 +4,9 @@ alike); and thread stages for `auto`."""
 
 from __future__ import annotations
 
-import getpass
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
-
-from strata_engine.kernel_switches import compile_cache_dir
 
 # `--stage-workers auto` puts 2-stage, 2-group CPU engines on torch.distributed stage ranks, which take ~3 s
 # more to start and stop than threads (benchmarks/bench_ring.py); the suite starts many small engines, so auto means threads here
@@ -24,13 +19,6 @@ os.environ.setdefault("STRATA_STAGE_WORKERS", "thread")
 # keep the flags they name (plain); the layout has tests of its own (tests/engine/test_layout.py, with an
 # explicit env), and CI's gate after the suite runs the default engine in it.
 os.environ.setdefault("STRATA_LAYOUT", "plain")
-# inductor's caches apart per ATen vector level, as the command line keeps them (kernel_switches.compile_cache_dir):
-# the suite run under ATEN_CPU_CAPABILITY=avx2 after one at the CPU's own level loaded that level's entries and
-# compiled steps gave other tokens. Beside torch's own default folder, inherited by the servers tests start.
-os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR",
-    str(compile_cache_dir(Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}" / "strata-tests")),
-)
 # MKL's reproducible mode before any test's first GEMM, as a loaded model asks for it (strata_engine/mkl_mode.py):
 # many tests multiply tensors before they load a model in the same worker.
 from strata_engine.mkl_mode import pin  # noqa: E402
