@@ -56,7 +56,20 @@ def vllm_server(tmp_path_factory):
     command = server_command(vllm, resolve_model_path("strata-tiny-moe"), max_model_len=8192, max_num_seqs=8)
     log = tmp_path_factory.mktemp("vllm") / "vllm"
     with EngineProcess(command, name="vllm", log_stem=log, start_timeout=600) as server:
+        _warm_vllm(server.url)
         yield server.url
+
+
+def _warm_vllm(url: str) -> None:
+    """One greedy and one seeded top-p request before the tests: vLLM's CPU build prepares a sampling path on its
+    first request that uses it, and a cold one held the interleave check's seeded request back ~19 s, past the
+    end of A's and B's decodes (the check's steps then went unexercised)."""
+    import httpx
+
+    model = httpx.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"]
+    for sampling in ({"temperature": 0}, {"temperature": 1, "top_p": 0.95, "seed": 7}):
+        body = {"model": model, "prompt": [72, 101, 108, 108, 111], "max_tokens": 4, **sampling}
+        httpx.post(f"{url}/v1/completions", json=body, timeout=600).raise_for_status()
 
 
 SHARED_SERVERS = ("vllm_server", "llama_gguf")  # session fixtures: with pytest-xdist, one worker holds each
