@@ -10,6 +10,7 @@ greedy answers equal Strata's committed golden ones.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -48,7 +49,9 @@ def test_interleave_on_vllm_passes_with_give_way_declared_absent(vllm_server, tm
     if "[NOT EXERCISED] interleave: D gives way to E" in spec.stdout:  # vLLM never gives way; E may still win the race
         assert spec.returncode == 1 and "--lacks give-way" in spec.stdout, spec.stdout
     else:
-        assert spec.returncode == 0, spec.stdout + spec.stderr
+        unexercised = set(re.findall(r"\[NOT EXERCISED\] interleave: ([^:]+(?:: interleaved == solo)?)", spec.stdout))
+        assert spec.returncode == 0 or (unexercised and unexercised <= timing), spec.stdout + spec.stderr
+        assert "[    FAIL     ]" not in spec.stdout, spec.stdout
 
 
 def test_determinism_on_vllm_equals_the_golden_manifest(vllm_server):
