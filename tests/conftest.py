@@ -56,32 +56,26 @@ def vllm_server(tmp_path_factory):
     command = server_command(vllm, resolve_model_path("strata-tiny-moe"), max_model_len=8192, max_num_seqs=8)
     log = tmp_path_factory.mktemp("vllm") / "vllm"
     with EngineProcess(command, name="vllm", log_stem=log, start_timeout=600) as server:
-        _warm_vllm(server.url)
         yield server.url
-
-
-def _warm_vllm(url: str) -> None:
-    """One greedy and one seeded top-p request before the tests: vLLM's CPU build prepares a sampling path on its
-    first request that uses it, and a cold one held the interleave check's seeded request back ~19 s, past the
-    end of A's and B's decodes (the check's steps then went unexercised)."""
-    import httpx
-
-    model = httpx.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"]
-    for sampling in ({"temperature": 0}, {"temperature": 1, "top_p": 0.95, "seed": 7}):
-        body = {"model": model, "prompt": [72, 101, 108, 108, 111], "max_tokens": 4, **sampling}
-        httpx.post(f"{url}/v1/completions", json=body, timeout=600).raise_for_status()
 
 
 SHARED_SERVERS = ("vllm_server", "llama_gguf")  # session fixtures: with pytest-xdist, one worker holds each
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The tests on vLLM's server run last, together: the session's one server, idle, still keeps ~10% of a core
-    busy, so it lives for those tests, not for the whole slow run. Under `-n N --dist loadgroup` the tests of
-    each shared server go to one worker, so it starts once."""
+    """The tests on vLLM's server carry the `vllm` mark and run last, together: `.ci/run` runs them alone after
+    the other slow tests (`-m "slow and vllm"`, one process). vLLM's CPU build spins its OpenMP threads, and
+    beside another engine's test on two cores a 13-token prompt waited 8-33 s for its first token, so the
+    interleave checks saw A and B end before C's read. Under `-n N --dist loadgroup` the tests of each shared
+    server go to one worker, so it starts once. `tryfirst`: xdist's worker reads the groups in its own hook of
+    this name, which otherwise runs first and finds none; tests/test_shared_servers.py checks the groups hold."""
     items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
     for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "vllm_server" in names:
+            item.add_marker(pytest.mark.vllm)
         for name in SHARED_SERVERS:
-            if name in getattr(item, "fixturenames", ()):
+            if name in names:
                 item.add_marker(pytest.mark.xdist_group(name))
                 break
