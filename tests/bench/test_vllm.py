@@ -58,7 +58,13 @@ def test_bench_strata_and_vllm_compare_greedy_token_ids(vllm_server, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
-    assert {k: v["status"] for k, v in runs.items()} == {"r00-two_joiners-strata": "ok", "r00-two_joiners-vllm": "ok"}
+    assert runs["r00-two_joiners-strata"]["status"] == "ok", runs["r00-two_joiners-strata"].get("missed_join")
+    # vLLM's run may miss the join, a verdict on its schedule (its streams reached the context before the joiners
+    # were read: seen once in 15 kept runs, benchmarks/results/engines-avx2-forced r02); its tokens still count
+    vllm_run = runs["r00-two_joiners-vllm"]
+    assert vllm_run["status"] == "ok" or (
+        vllm_run["status"] == "missed" and "ended before the last joiner's first token" in vllm_run["missed_join"]
+    ), vllm_run["status"]
     assert {v["prompt_mode"] for v in runs.values()} == {"ids"}
     assert runs["r00-two_joiners-vllm"]["server"]["family"] == "vllm"
     strata, vllm = ({q["name"]: q for q in runs[f"r00-two_joiners-{arm}"]["requests"]} for arm in ("strata", "vllm"))
