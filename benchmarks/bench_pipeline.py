@@ -27,7 +27,6 @@ import json
 import statistics
 import time
 
-import torch
 
 from strata_engine import Engine, SamplingParams
 from strata_engine.runtime.pipeline import MicroBatch, Part

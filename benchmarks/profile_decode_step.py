@@ -19,7 +19,6 @@ import re
 import statistics
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import torch

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import sys
 import threading
 import time

@@ -9,18 +9,15 @@ zero-argument callable that builds one; the app then loads it in a thread at sta
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from contextlib import asynccontextmanager
 from typing import Any, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from ..engine_info import version
 from . import errors
-from .errors import APIError
 from .gate import Gate
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .state import ServerState

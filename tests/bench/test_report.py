@@ -140,9 +140,10 @@ def test_a_serialised_run_is_not_a_win(tmp_path):
 def test_threshold_and_baseline_change_the_report_not_the_data(tmp_path):
     runs = [make_run("A", 0, 0.6), make_run("B", 0, 0.4)]
     results = make_dir(tmp_path, runs, repeat=1)
-    paused = lambda rep, arm: next(m for m in rep["scenarios"][0]["metrics"] if m["key"] == "total_paused_s")[
-        "summary"
-    ][arm]["median"]
+
+    def paused(rep, arm):
+        return next(m for m in rep["scenarios"][0]["metrics"] if m["key"] == "total_paused_s")["summary"][arm]["median"]
+
     assert paused(build_report(results), "A") == 0.6 and paused(build_report(results), "B") == 0.0
     assert paused(build_report(results, pause_threshold_s=0.3), "B") == 0.4
     rep = build_report(results, baseline="B")

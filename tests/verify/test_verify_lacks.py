@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from strata_verify import junit
-from strata_verify.behaviours import BEHAVIOURS, apply_declaration, parse_lacks
+from strata_verify.behaviours import apply_declaration, parse_lacks
 from strata_verify.interleave.check import InterleaveOptions
 from strata_verify.interleave.steps import judge
 from strata_verify.report import EXIT_FAIL, EXIT_OK, FAIL, INFO, NOT_APPLICABLE, NOT_EXERCISED, PASS, Report, Step
