@@ -345,6 +345,9 @@ CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents-batch24 --arm strata='strata-engine serve --batch 24 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 24 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
         MINUTES
     ),
+    ".venv/bin/strata-bench run --scenarios many_agents --scale 0.0625 --repeat 3 --out runs/many-agents-batch24-avx2 --arm strata='env ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 strata-engine serve --batch 24 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 24 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
     # docs/measurements/merged-decode.md
     'S="strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip(
         "sets a shell variable for the command after it"
