@@ -26,12 +26,16 @@ from .engines.probe import ServerInfo, count_tokens, probe
 from .engines.result import StreamResult
 from .engines.stream import stream_completion
 from .prompts import prompt_digest, prompt_seed, sized_text_prompt, token_prompt
+from .run_verdicts import client_stall, missed_join, serialised
 from .scenarios import RequestSpec, Scenario
 from .sessions import SessionRun, SessionsDontFit, missed_session_join, session_fields
 
 
 class RunFailed(RuntimeError):
     """The run could not complete (engine gone, timeout, scenario does not fit the server)."""
+
+
+POLL_S = 0.1  # how often a run checks the engine process and its timeout; a late poll is a client stall
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,13 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
     run["prompt_mode"] = info.prompt_mode
     since = next_index(url) if info.family.events else None
     sessions: SessionRun | None = None
+    stall: list[float] = []
     try:
         if ctx.scenario.sessions:
             sessions = SessionRun(url, ctx.scenario, info, ctx.prompt_key, ctx.run_id, ctx.time_scale, run["warnings"])
             results = sessions.results
             origin = time.perf_counter()
-            await _race(sessions.run(), exit_code, ctx.run_timeout_s)
+            await _race(sessions.run(), exit_code, ctx.run_timeout_s, stall)
         else:
             requests = _requests(url, ctx, info, run["warnings"])
             results = [
@@ -74,7 +79,8 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
                 for s, (_, digest, length, max_tokens) in zip(ctx.scenario.requests, requests)
             ]
             origin = time.perf_counter()
-            await _race(_scenario(url, ctx, info, [r[0] for r in requests], results, run), exit_code, ctx.run_timeout_s)
+            scenario = _scenario(url, ctx, info, [r[0] for r in requests], results, run)
+            await _race(scenario, exit_code, ctx.run_timeout_s, stall)
         run["status"], run["failure"] = ("errors" if any(r.error for r in results) else "ok"), None
         missed = missed_join(results)
         if run["status"] == "ok" and missed:
@@ -84,7 +90,7 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
     if since is not None and exit_code() is None:
         fetched = fetch_events(url, since)
         run["engine_events"] = fetched[0] if fetched else None
-    run["warnings"] += _serialised(results)
+    run["warnings"] += serialised(results)
     run["requests"] = [r.to_dict(origin) for r in results]
     if sessions is not None:
         session_fields(run["requests"], sessions.fields)
@@ -92,16 +98,25 @@ async def drive(url: str, ctx: RunContext, exit_code: Callable[[], int | None] =
         if missed:
             run["status"], run["missed_join"] = "missed", missed
     run["anchor_at"] = None if run.get("anchor_at") is None else round(run["anchor_at"] - origin, 6)
+    run["client_stall_s"] = round(stall[0], 3) if stall else 0.0
+    run["warnings"] += client_stall(stall, origin)
     return run
 
 
-async def _race(main: Any, exit_code: Callable[[], int | None], timeout_s: float) -> None:
-    """Run `main` until done; RunFailed if the engine exits first or the timeout passes."""
+async def _race(
+    main: Any, exit_code: Callable[[], int | None], timeout_s: float, stall: list[float] | None = None
+) -> None:
+    """Run `main` until done; RunFailed if the engine exits first or the timeout passes. `stall` gets [seconds,
+    perf_counter at]: the latest this loop (the client's: it sends and stamps every request) woke for its poll."""
     task = asyncio.ensure_future(main)
     deadline = time.monotonic() + timeout_s
     try:
         while not task.done():
-            await asyncio.wait([task], timeout=0.1)
+            polled = time.perf_counter()
+            await asyncio.wait([task], timeout=POLL_S)
+            late = time.perf_counter() - polled - POLL_S
+            if stall is not None and late > (stall[0] if stall else 0.0):
+                stall[:] = [late, polled + POLL_S]
             if task.done():
                 break
             code = exit_code()
@@ -114,37 +129,6 @@ async def _race(main: Any, exit_code: Callable[[], int | None], timeout_s: float
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-
-
-def _serialised(results: list[StreamResult]) -> list[str]:
-    """A server that ran the streams one at a time: no two streams' token spans (first to last) overlap.
-    (Joiners are left out: a short question may rightly be answered while a long read waits.)"""
-    spans = sorted((r.times[0], r.times[-1]) for r in results if r.times and r.role == "stream")
-    if len(spans) < 2 or any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
-        return []
-    return [
-        "serialised: the server ran the streams one at a time (no stream received a token while another "
-        "was streaming): the run measures a queue, not interleaving"
-    ]
-
-
-def missed_join(results: list[StreamResult]) -> str | None:
-    """Why the run did not see the joiners arrive while the streams decode, or None when it did: every stream
-    must still be decoding (tokens at or after that moment, or closed by us) when the last joiner has its
-    first token. Scenarios without streams or joiners have nothing to miss."""
-    streams = [r for r in results if r.role == "stream"]
-    firsts = [r.first_token_at for r in results if r.role == "joiner" and r.first_token_at is not None]
-    if not streams or not firsts:
-        return None
-    last_first = max(firsts)
-    ended = [r for r in streams if not r.cancelled and (not r.times or r.times[-1] < last_first)]
-    if not ended:
-        return None
-    names = ", ".join(f"{r.name} ({len(r.times)} tokens)" for r in ended)
-    return (
-        f"the joiners did not arrive while the streams decode: {names} ended before the last joiner's first "
-        f"token (at most max_tokens, or the server's context, reached first); nothing of the join was measured"
-    )
 
 
 def _requests(url: str, ctx: RunContext, info: ServerInfo, warnings: list[str]) -> list[tuple[bytes, str, int, int]]:

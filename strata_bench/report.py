@@ -21,7 +21,7 @@ from .results import ResultsDir
 from .stats import compare_paired, summarize
 
 
-MISSED = "missed"  # a run's status when the joiners did not arrive while the streams decode (driver.missed_join)
+MISSED = "missed"  # a run's status when the joiners did not arrive while the streams decode (run_verdicts.missed_join)
 
 
 class ReportError(ValueError):
@@ -129,6 +129,9 @@ def _scenario_report(
                 f"{r['id']}: {r.get('missed_join') or 'the joiners did not arrive while the streams decode'}"
                 for r in mine
                 if r.get("status") == MISSED
+            ],
+            "client_stalls": [
+                f"{r['id']}: {w}" for r in mine for w in r.get("warnings") or [] if str(w).startswith("client stall:")
             ],
             "arm_failed": arm in failed_arms,
         }

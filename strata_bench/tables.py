@@ -205,6 +205,8 @@ def _problems(scenario: dict[str, Any], arms: list[str]) -> list[str]:
             out.append(f"- failed run: {line}")
         for line in scenario["runs"][arm].get("missed") or []:
             out.append(f"- run left out of the medians: {line}")
+        for line in scenario["runs"][arm].get("client_stalls") or []:
+            out.append(f"- run whose timing the bench's client set in part: {line}")
         for line in scenario["runs"][arm]["request_errors"][:5]:
             out.append(f"- request error: {line}")
     return [""] + out if out else []

@@ -107,7 +107,7 @@ def test_one_url_arm_measures_one_server(synthetic, tmp_path, tiny_scenario):
 
 
 def test_a_server_that_runs_streams_one_at_a_time_is_marked_serialised():
-    from strata_bench.driver import _serialised
+    from strata_bench.run_verdicts import serialised as _serialised
 
     def stream(name, times):
         return StreamResult(name, role="stream", times=list(times))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from strata_bench.driver import missed_join
+from strata_bench.run_verdicts import missed_join
 from strata_bench.engines.result import StreamResult
 from strata_bench.report import build_report
 from strata_bench.results import ResultsDir
