@@ -1,13 +1,15 @@
 """The check of each command first shown in a page of docs/measurements/, by its normalised text
 (doc_commands.py), grouped by page. Most reproduce a measurement that takes minutes and are skipped, naming
 what checks the same code small; the rest run at a small size. Commands of one file run in order in one
-scratch directory, so a `report` finds what the `run` before it wrote."""
+scratch directory, so a `report` finds what the `run` before it wrote. The gate's pages have their own module
+(gate_measurement_checks.py); CHECKS holds both."""
 
 from __future__ import annotations
 
-from doc_checks import HTTP_SMALL, INSTALLED, LLAMA_SERVER, MINUTES, PRESET_SMALL, VLLM_CACHE, VLLM_SERVER, Run, Skip
+from doc_checks import HTTP_SMALL, INSTALLED, LLAMA_SERVER, MINUTES, PRESET_SMALL, VLLM_CACHE, Run, Skip
+from gate_measurement_checks import GATE_CHECKS
 
-CHECKS: dict[str, object] = {
+_PAGES: dict[str, object] = {
     # docs/measurements/agents.md
     "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
     ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
@@ -47,10 +49,6 @@ CHECKS: dict[str, object] = {
     ),
     "env STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 3 --batch 6 --out bench-out/bench_model-template.json": Skip(
         "compiles the templated step four times (~2 min) and times every engine; the plain bench_model command above runs small"
-    ),
-    # docs/measurements/cache-gate.md
-    'strata-verify cache --scale 0.5 --lacks events,give-way --start-timeout 600 --engine "env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details"': Skip(
-        VLLM_CACHE
     ),
     # docs/measurements/chunk-kernel.md
     ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 64,256": Run(((r"$", " --repeats 3"),)),
@@ -157,91 +155,6 @@ CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-experts": Run(
         ((r"$", " --repeats 3"),)
     ),
-    # docs/measurements/gate-other-engines.md
-    "VLLM_CPU_KVCACHE_SPACE=2 ~/.cache/strata/vllm-0.32.0/venv/bin/vllm serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --port 8091 &": Skip(
-        VLLM_SERVER
-    ),
-    ".venv/bin/strata-verify interleave --url http://127.0.0.1:8091 --scale 0.05": Skip(
-        "tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 1, naming give-way)"
-    ),
-    # docs/measurements/gate-under-load.md
-    # Strata's run checks the script (one quiet run, one "loaded" with no hog)
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05": Run(
-        ((r"--runs 10", "--runs 1 --hogs 0"),)
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check cache --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
-        MINUTES + " (the interleave run above checks the script; tests/verify/test_verify_cache.py the check)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs answers)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target strata='strata-engine serve --layout plain' -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
-        "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
-    ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
-        LLAMA_SERVER
-    ),
-    # the kept series (--out benchmarks/results/gate-load-*.json, rendered into the page)
-    **{
-        f".venv/bin/python benchmarks/gate_under_load.py --check {check} --runs {runs} --target strata='strata-engine serve --layout fastest' --out benchmarks/results/gate-load-{check}-fastest{n}.json": Skip(
-            MINUTES + " (the interleave run above checks the script; tests/bench/test_gate_under_load.py its summary)"
-        )
-        for check, runs, n in (("needle", 10, ""), ("answers", 5, ""), ("answers", 5, "-2"))
-    },
-    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 3 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default.json -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
-    ),
-    # CI's remaining gate commands on the engines CI gives them (no --target: the check's own default)
-    ".venv/bin/python benchmarks/gate_under_load.py --check cache --runs 10 --target strata='strata-engine serve' --out benchmarks/results/gate-load-cache-default.json": Skip(
-        MINUTES + " (the interleave run above checks the script; tests/verify/test_verify_cache.py the check)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default-10.json -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --out benchmarks/results/gate-load-answers-default.json": Skip(
-        MINUTES + " (the kv-quality run below checks the script without --target; the slow suite runs answers)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --out benchmarks/results/gate-load-interleave-default.json -- --scale 0.05": Skip(
-        MINUTES + " (the interleave run above checks the script and the check; the kv-quality run below no --target)"
-    ),
-    # one quiet run and one "loaded" with no hog, in process, kept in the scratch directory (not in benchmarks/)
-    ".venv/bin/python benchmarks/gate_under_load.py --check kv-quality --runs 10 --out benchmarks/results/gate-load-kv-quality-q8.json -- --kv-dtype q8": Run(
-        ((r"--runs 10", "--runs 1 --hogs 0"), (r"--out benchmarks/results/", "--out "))
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check kv-quality --runs 10 --out benchmarks/results/gate-load-kv-quality-k8v4.json -- --kv-dtype k8v4": Skip(
-        "the q8 command above run again with the other format CI checks; " + MINUTES
-    ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" --out benchmarks/results/gate-load-determinism-llama-server.json -- --against strata_verify/golden/reference-cpu.json': Skip(
-        LLAMA_SERVER
-    ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check needle --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" --out benchmarks/results/gate-load-needle-llama-server.json': Skip(
-        LLAMA_SERVER
-    ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" --out benchmarks/results/gate-load-interleave-llama-server.json -- --scale 0.05 --lacks give-way': Skip(
-        LLAMA_SERVER
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 --out benchmarks/results/gate-load-interleave-vllm.json -- --scale 0.05 --lacks give-way": Skip(
-        "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check needle --runs 10 --target vllm=@http://127.0.0.1:8091 --out benchmarks/results/gate-load-needle-vllm.json": Skip(
-        "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
-    ),
-    "VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --port 8091 &": Skip(
-        VLLM_SERVER
-    ),
-    **{
-        f".venv/bin/python benchmarks/gate_under_load.py --check {check} --runs 10 --target vllm=@http://127.0.0.1:8091 --out benchmarks/results/gate-load-{check}-vllm.json{tail}": Skip(
-            "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
-        )
-        for check, tail in (
-            ("determinism", " -- --against strata_verify/golden/reference-cpu.json"),
-            ("answers", ""),
-            ("cache", " -- --scale 0.5 --lacks events,give-way"),
-        )
-    },
     # docs/measurements/http-overhead.md
     ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
     ".venv/bin/python benchmarks/bench_http_overhead.py --time-scale 100 --max-tokens 1024 --out bench-out/stress.json": Run(),
@@ -428,3 +341,7 @@ CHECKS: dict[str, object] = {
         MINUTES
     ),
 }
+
+_TWICE = _PAGES.keys() & GATE_CHECKS.keys()
+assert not _TWICE, f"commands checked in both modules: {sorted(_TWICE)}"
+CHECKS: dict[str, object] = {**_PAGES, **GATE_CHECKS}
