@@ -344,30 +344,40 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
         raise
 
 
-def spawn(*flags: str, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the server in a subprocess on a free port; (process, URL) once /health answers 200."""
+def spawn(*flags: str, timeout_s: float = 30.0, attempts: int = 3) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server in a subprocess on a free port; (process, URL) once /health answers 200 from it
+    (on a port another process took first, again on a new one: engines.ports)."""
     import httpx
 
-    from .engines.launcher import free_port
+    from .engines.ports import free_port, listener_is_ours
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the synthetic server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s")
+    for _ in range(attempts):
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                if listener_is_ours(port, proc.pid) is False:
+                    break  # it could not bind: another process took the port first
+                raise RuntimeError(f"the synthetic server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    if listener_is_ours(port, proc.pid) is not False:
+                        return proc, url
+                    break  # another process answers here
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        else:
+            proc.kill()
+            raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s")
+        proc.kill()
+        proc.wait()
+    raise RuntimeError(f"every port tried ({attempts}) was taken by another process")
 
 
 def main(argv: list[str] | None = None) -> None:

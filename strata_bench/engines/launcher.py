@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-HOST = "127.0.0.1"
+from .ports import HOST, free_port, listener_is_ours
 
 
 class LaunchError(RuntimeError):
@@ -33,10 +32,11 @@ class LaunchError(RuntimeError):
         self.stderr_tail = stderr_tail or []
 
 
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+class PortTaken(LaunchError):
+    """The port we chose answers, but from a process outside the tree we started (ports.listener_is_ours)."""
+
+
+ATTEMPTS = 3  # ports tried when another process takes the one we chose before our engine binds it
 
 
 def with_port(command: str, port: int, host: str = HOST) -> str:
@@ -101,13 +101,16 @@ class EngineProcess:
         if not command.strip():
             raise ValueError(f"{name}: the engine command is empty")
         self.name, self.command, self.host, self.start_timeout = name, command, host, start_timeout
-        self.port = free_port(host)
-        self.url = f"http://{host}:{self.port}"
-        self.launched = with_port(command, self.port, host)
+        self._choose_port()
         self._tmpdir = None if log_stem is not None else tempfile.mkdtemp(prefix="strata-engine-")
         stem = log_stem if log_stem is not None else Path(self._tmpdir) / "engine"
         self.stderr_path, self.stdout_path = stem.with_suffix(".stderr"), stem.with_suffix(".stdout")
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _choose_port(self) -> None:
+        self.port = free_port(self.host)
+        self.url = f"http://{self.host}:{self.port}"
+        self.launched = with_port(self.command, self.port, self.host)
 
     def __enter__(self) -> "EngineProcess":
         self.start()
@@ -132,14 +135,22 @@ class EngineProcess:
                 raise LaunchError(f"{self.name}: cannot start {self.launched!r}: {exc}") from None
 
     def start(self) -> str:
-        """Spawn and wait until healthy; the URL. On failure the process is stopped and LaunchError raised."""
-        self.spawn()
-        try:
-            self.wait_healthy(self.start_timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self.url
+        """Spawn and wait until healthy; the URL. On failure the process is stopped and LaunchError raised.
+        When another process answers on the chosen port (PortTaken), it starts again on a new one."""
+        for attempt in range(ATTEMPTS):
+            self.spawn()
+            try:
+                self.wait_healthy(self.start_timeout)
+                return self.url
+            except PortTaken:
+                self.stop()
+                if attempt == ATTEMPTS - 1:
+                    raise
+                self._choose_port()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def stderr_tail(self, lines: int = 40) -> list[str]:
         return tail_lines(self.stderr_path, lines)
@@ -173,11 +184,15 @@ class EngineProcess:
         with httpx.Client() as client:
             while True:
                 code = self.proc.poll()
+                if code is not None and listener_is_ours(self.port, self.proc.pid) is False:
+                    raise PortTaken(self.failure(f"exited with status {code}: another process holds port {self.port}"))
                 if code is not None:
                     raise LaunchError(
                         self.failure(f"the engine exited with status {code} before it was healthy"), self.stderr_tail()
                     )
                 if is_healthy(client, self.url):
+                    if listener_is_ours(self.port, self.proc.pid) is False:
+                        raise PortTaken(self.failure(f"another process answers on port {self.port}"))
                     return time.monotonic() - start
                 if time.monotonic() - start > timeout_s:
                     raise LaunchError(self.failure(f"not healthy after {timeout_s:g} s"), self.stderr_tail())

@@ -31,7 +31,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from strata_bench.engines.launcher import free_port, with_port  # noqa: E402
+from strata_bench.engines.launcher import with_port  # noqa: E402
+from strata_bench.engines.ports import free_port, listener_is_ours  # noqa: E402
 from strata_verify.requests import name_of  # noqa: E402
 
 
@@ -148,16 +149,31 @@ def build_app(proxy: Proxy) -> FastAPI:
     return app
 
 
-def start_child(child: list[str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    # exec: the shell becomes the engine, so killing proc kills the engine. Its stdout goes to our
-    # stderr: the gate must read this proxy's address, not the engine's STRATA_READY line.
-    command = "exec " + with_port(shlex.join(child), port)
-    proc = subprocess.Popen(command, shell=True, stdout=sys.stderr, stderr=sys.stderr)
-    url = f"http://127.0.0.1:{port}"
+def start_child(child: list[str], attempts: int = 3) -> tuple[subprocess.Popen, str]:
+    """The engine on a free port once /health answers from it; on a port another process took first
+    (ports.listener_is_ours), again on a new one."""
+    for _ in range(attempts):
+        port = free_port()
+        # exec: the shell becomes the engine, so killing proc kills the engine. Its stdout goes to our
+        # stderr: the gate must read this proxy's address, not the engine's STRATA_READY line.
+        command = "exec " + with_port(shlex.join(child), port)
+        proc = subprocess.Popen(command, shell=True, stdout=sys.stderr, stderr=sys.stderr)
+        url = f"http://127.0.0.1:{port}"
+        if _wait_ready(proc, url, port):
+            return proc, url
+        print(f"fault_proxy: another process holds port {port}; starting again", file=sys.stderr, flush=True)
+        proc.kill()
+        proc.wait()
+    sys.exit(f"fault_proxy: every port tried ({attempts}) was taken by another process")
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, port: int) -> bool:
+    """True once our engine answers /health; False when another process answers on its port."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if listener_is_ours(port, proc.pid) is False:
+                return False  # it could not bind: another process took the port first
             print(
                 f"fault_proxy: engine exited with status {proc.returncode} before it was ready",
                 file=sys.stderr,
@@ -166,7 +182,7 @@ def start_child(child: list[str]) -> tuple[subprocess.Popen, str]:
             sys.exit(proc.returncode or 1)
         try:
             if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return proc, url
+                return listener_is_ours(port, proc.pid) is not False
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
