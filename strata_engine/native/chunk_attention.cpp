@@ -18,6 +18,7 @@ static inline float hmax(v16 v) {
 constexpr int64_t QB = 8;     // query positions a block
 constexpr int64_t KW = 32;    // keys a score tile (2 vectors); the block's keys are padded to it
 constexpr int SR = ACC16 / 2;  // rows a score tile (8 with AVX-512, 2 with AVX2): its accumulators in registers
+constexpr int64_t JV = 64;    // keys a span of the weighted values
 
 template <int NV>
 static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, const float* vh, float* out,
@@ -36,6 +37,8 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
   std::vector<float> inverse(rows_cap);
   std::vector<int32_t> lo_of(rows_cap), hi_of(rows_cap);
   std::vector<v16> top(rows_cap);
+  std::vector<int32_t> a_of(rows_cap / SR + 1), b_of(rows_cap / SR + 1);  // per row group: the tile's mask bounds
+  std::vector<v16> pv((rows_cap + RP) * NV);  // the weighted values' running sums, RP-row groups (padded)
   const i16 lane = lane_index();
   const v16 neg = splat(-std::numeric_limits<float>::infinity()), zero = {};
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
@@ -52,18 +55,23 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       lo_of[r] = static_cast<int32_t>((window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - blo);
       hi_of[r] = static_cast<int32_t>(p - blo + 1);
     }
-    // scores: SR rows x 32 keys in 2 SR accumulators over d, tile after tile along the keys, each row's
-    // running max kept in a register (masked only in the tiles at the ends of some row's window)
+    // scores: SR rows x 32 keys in 2 SR accumulators over d; for each tile of 32 keys (4 KB of kt with
+    // D = 32, kept in L1) every row group in turn, so the block's keys leave L2 once, not once a row group.
+    // Each row's running max lives in top (masked only in the tiles at the ends of some row's window).
+    for (int64_t r = 0; r < Rp; ++r) top[r] = neg;
     for (int64_t r = 0; r < Rp; r += SR) {
-      v16 tp[SR];
       int32_t amax = 0, bmin = std::numeric_limits<int32_t>::max();
-      for (int rr = 0; rr < SR; ++rr) {
-        tp[rr] = neg;
-        if (r + rr < R) { amax = std::max(amax, lo_of[r + rr]); bmin = std::min(bmin, hi_of[r + rr]); }
+      for (int rr = 0; rr < SR && r + rr < R; ++rr) {
+        amax = std::max(amax, lo_of[r + rr]);
+        bmin = std::min(bmin, hi_of[r + rr]);
       }
-      for (int64_t jj = 0; jj < nv; jj += KW) {
+      a_of[r / SR] = amax;
+      b_of[r / SR] = bmin;
+    }
+    for (int64_t jj = 0; jj < nv; jj += KW) {
+      const float* base = kt.data() + offs + jj;
+      for (int64_t r = 0; r < Rp; r += SR) {
         v16 acc[SR][2] = {};
-        const float* base = kt.data() + offs + jj;
         for (int64_t d = 0; d < D; ++d) {
           const float* kd = base + d * NP;
           const v16 k0 = load16(kd), k1 = load16(kd + 16);
@@ -74,25 +82,27 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
         }
         for (int rr = 0; rr < SR; ++rr)
           for (int c = 0; c < 2; ++c) store16(s.data() + (r + rr) * nv + jj + 16 * c, acc[rr][c]);
-        if (jj >= amax && jj + KW <= bmin) {  // every row sees the whole tile: no mask
+        if (jj >= a_of[r / SR] && jj + KW <= b_of[r / SR]) {  // every row sees the whole tile: no mask
           for (int rr = 0; rr < SR; ++rr) {
-            tp[rr] = select(acc[rr][0] > tp[rr], acc[rr][0], tp[rr]);
-            tp[rr] = select(acc[rr][1] > tp[rr], acc[rr][1], tp[rr]);
+            v16 t = top[r + rr];
+            t = select(acc[rr][0] > t, acc[rr][0], t);
+            top[r + rr] = select(acc[rr][1] > t, acc[rr][1], t);
           }
         } else {
           for (int rr = 0; rr < SR; ++rr) {
             if (r + rr >= R) continue;
             const int32_t a = lo_of[r + rr], b = hi_of[r + rr];
             if (jj + KW > a && jj < b) {
+              v16 t = top[r + rr];
               for (int c = 0; c < 2; ++c) {
                 const i16 idx = lane + static_cast<int32_t>(jj + 16 * c);
-                tp[rr] = select((idx >= a) & (idx < b) & (acc[rr][c] > tp[rr]), acc[rr][c], tp[rr]);
+                t = select((idx >= a) & (idx < b) & (acc[rr][c] > t), acc[rr][c], t);
               }
+              top[r + rr] = t;
             }
           }
         }
       }
-      for (int rr = 0; rr < SR; ++rr) top[r + rr] = tp[rr];
     }
     // softmax of each row over its own keys, its max taken with the scores (the rest of the block's range weighs 0)
     for (int64_t r = 0; r < R; ++r) {
@@ -111,23 +121,32 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       }
       inverse[r] = 1.0f / hsum(total);
     }
-    // weighted values: RP rows x D in accumulators, over the block's keys
-    for (int64_t r = 0; r < R; r += RP) {
-      v16 acc[RP][NV] = {};
-      const float* vb = vh + blo * D;
-      for (int64_t j = 0; j < n; ++j) {
-        v16 vv[NV];
-        for (int c = 0; c < NV; ++c) vv[c] = load16(vb + j * D + 16 * c);
-        for (int rr = 0; rr < RP; ++rr) {
-          const float w = s[(r + rr) * nv + j];
-          for (int c = 0; c < NV; ++c) acc[rr][c] += w * vv[c];
+    // weighted values: RP rows x D in accumulators over the block's keys, JV keys at a time (8 KB of values
+    // with D = 32, kept in L1) for every row group in turn; each group's sums wait in pv between the spans,
+    // so every lane adds its keys in the same order as in one pass
+    const float* vb = vh + blo * D;
+    for (int64_t j0 = 0; j0 < n; j0 += JV) {
+      const int64_t j1 = std::min(n, j0 + JV);
+      for (int64_t r = 0; r < R; r += RP) {
+        v16 acc[RP][NV];
+        for (int rr = 0; rr < RP; ++rr)
+          for (int c = 0; c < NV; ++c) acc[rr][c] = j0 == 0 ? zero : pv[(r + rr) * NV + c];
+        for (int64_t j = j0; j < j1; ++j) {
+          v16 vv[NV];
+          for (int c = 0; c < NV; ++c) vv[c] = load16(vb + j * D + 16 * c);
+          for (int rr = 0; rr < RP; ++rr) {
+            const float w = s[(r + rr) * nv + j];
+            for (int c = 0; c < NV; ++c) acc[rr][c] += w * vv[c];
+          }
         }
+        for (int rr = 0; rr < RP; ++rr)
+          for (int c = 0; c < NV; ++c) pv[(r + rr) * NV + c] = acc[rr][c];
       }
-      for (int rr = 0; rr < RP && r + rr < R; ++rr) {
-        const int64_t i = i0 + (r + rr) / G, hl = (r + rr) % G;
-        float* o = out + i * out_pos_stride + (h0 + hl) * D;
-        for (int c = 0; c < NV; ++c) store16(o + 16 * c, acc[rr][c] * inverse[r + rr]);
-      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = i0 + r / G, hl = r % G;
+      float* o = out + i * out_pos_stride + (h0 + hl) * D;
+      for (int c = 0; c < NV; ++c) store16(o + 16 * c, pv[r * NV + c] * inverse[r]);
     }
   }
 }
