@@ -159,6 +159,22 @@ _PAGES: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
     ".venv/bin/python benchmarks/bench_http_overhead.py --time-scale 100 --max-tokens 1024 --out bench-out/stress.json": Run(),
     ".venv/bin/python benchmarks/bench_http_overhead.py --render bench-out/http_overhead.json": Run(),
+    # docs/measurements/intel-xeon.md
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-intel-avx512 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-intel-avx2-forced --arm default='env ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        MINUTES
+    ),
+    "env STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx512.json": Skip(
+        "compiles the templated step four times and times every engine; bench-model.md's plain command runs small"
+    ),
+    "STRATA_COMPILED_GEMMS=template ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx2.json": Skip(
+        "the command above at the AVX2 level; tests/engine/test_native_isa_levels.py runs the levels"
+    ),
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048": Skip(
+        "builds the native ops again at -march=x86-64-v3; read-chunk.md's command runs the profile at this level"
+    ),
     # docs/measurements/isa-levels.md
     # the native ops at this CPU's level and at x86-64-v2, the default server against vLLM
     ".venv/bin/python benchmarks/bench_attention.py --sections 3,4 --repeats 9 --chunks 64,256": Run(
