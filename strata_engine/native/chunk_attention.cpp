@@ -114,8 +114,11 @@ static void chunk_head(const float* q, int64_t q_pos_stride, const float* kh, co
       for (int64_t j = 0; j < ja; j += 16) store16(row + j, zero);
       for (int64_t j = jb; j < nv; j += 16) store16(row + j, zero);
       for (int64_t j = ja; j < jb; j += 16) {
-        const i16 idx = lane + static_cast<int32_t>(j);
-        const v16 e = select((idx >= a) & (idx < b), exp_nonpositive(load16(row + j) - m), zero);
+        v16 e = exp_nonpositive(load16(row + j) - m);
+        if (j < a || j + 16 > b) {  // a vector at an end of the row's window: the keys outside it weigh 0
+          const i16 idx = lane + static_cast<int32_t>(j);
+          e = select((idx >= a) & (idx < b), e, zero);
+        }
         store16(row + j, e);
         total += e;
       }
