@@ -16,8 +16,14 @@ from pathlib import Path
 
 from . import knobs
 
-# runtime/native/: chunk_attention.py, decode_attention.py, routed_experts.py, quant_decode_attention.py
-KERNEL_ENVS = ("STRATA_CHUNK_KERNEL", "STRATA_DECODE_KERNEL", "STRATA_EXPERT_KERNEL", "STRATA_QUANT_DECODE_KERNEL")
+# runtime/native/: chunk_attention.py, decode_attention.py, routed_experts.py, quant_decode_attention.py, kv_codec.py
+KERNEL_ENVS = (
+    "STRATA_CHUNK_KERNEL",
+    "STRATA_DECODE_KERNEL",
+    "STRATA_EXPERT_KERNEL",
+    "STRATA_QUANT_DECODE_KERNEL",
+    "STRATA_KV_CODEC_KERNEL",
+)
 NATIVE_MARCH_ENV = "STRATA_NATIVE_MARCH"  # the native ops' -march (default native; x86-64-v2/v3/v4 to run a lower ISA)
 
 

@@ -173,6 +173,7 @@ KNOBS: dict[str, Knob] = {
     "STRATA_DECODE_KERNEL": KERNEL,
     "STRATA_EXPERT_KERNEL": KERNEL,
     "STRATA_QUANT_DECODE_KERNEL": KERNEL,
+    "STRATA_KV_CODEC_KERNEL": KERNEL,
     "STRATA_NATIVE_MARCH": Knob(
         "the native ops' g++ -march",
         _march,
@@ -204,7 +205,8 @@ def epilog() -> str:
         "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
         "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops; "
         "STRATA_QUANT_DECODE_KERNEL=0 gives decode rows of a q8 or k8v4 cache the dequantized window copy and ATen's "
-        "attention instead of the native op that reads the stored bytes.",
+        "attention instead of the native op that reads the stored bytes; STRATA_KV_CODEC_KERNEL=0 stores and reads a q8 "
+        "or k8v4 cache's prompt chunks with kv_format.py's Python codec instead of the native one (the same bits).",
     ]
     return "\n".join(lines)
 

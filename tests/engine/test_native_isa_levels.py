@@ -1,6 +1,6 @@
 """The native ops built at every x86-64 level this CPU runs (g++ -march=x86-64-v2, v3, v4), each checked
-against the ATen path it stands in for on small shapes, and the levels with FMA (v3, v4) against each other
-bit for bit. Slow: each level is a build of its own (~40-70 s once per machine, then torch's cache)."""
+against the ATen path it stands in for on small shapes (the kv codec bit for bit), and the levels with FMA
+(v3, v4) against each other bit for bit. Slow: each level is a build of its own (~40-70 s once per machine, then torch's cache)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from strata_bench.provenance import cpu_flags
 from strata_engine.model.attention import aten_row
 from strata_engine.model.kv_cache import LayerKV
-from strata_engine.runtime.native import chunk_attention, decode_attention, quant_decode_attention
+from strata_engine.runtime.native import chunk_attention, decode_attention, kv_codec, quant_decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
 pytestmark = pytest.mark.slow
@@ -122,3 +122,22 @@ def test_the_quantized_decode_op_at_each_level_is_float64_math(level, fmt):
         keys, values = (t[0].double().repeat_interleave(2, dim=0) for t in kv.read(slot, low, high))
         weights = torch.softmax(q[i].double()[:, None] @ keys.transpose(1, 2) / 32**0.5, dim=-1)
         assert (got[i].double() - (weights @ values)[:, 0]).abs().max() <= 1e-6 * values.abs().max()
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("fmt", ["q8", "k8v4"])
+def test_the_kv_codec_at_each_level_is_the_python_codec_bit_for_bit(level, fmt):
+    encode, decode = _op(kv_codec.native_kv_codec, level)
+    ours, theirs = (LayerKV(2, 4, 300, 64, torch.float32, "cpu", None, fmt) for _ in "ab")
+    g = torch.Generator().manual_seed(9)
+    k, v = (torch.randn(200, 4, 64, generator=g) * 5 for _ in "kv")
+    k[3, 1], v[4, 2] = 0.0, 1.5  # a zero scale each
+    encode(
+        k, v, *(ours.parts[n] for n in ("k", "k_scale", "v", "v_scale")), ours.parts.get("v_min", torch.empty(0)), 1, 50
+    )
+    theirs.write_row(1, 50, k, v)
+    assert all(torch.equal(ours.parts[n], theirs.parts[n]) for n in ours.parts)
+    got = decode(
+        *(ours.parts[n] for n in ("k", "k_scale", "v", "v_scale")), ours.parts.get("v_min", torch.empty(0)), 1, 20, 260
+    )
+    assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(got, theirs.read(1, 20, 260)))
