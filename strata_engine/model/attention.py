@@ -51,13 +51,15 @@ def attend_row(
     return aten_row(q, keys, values, positions, consecutive, window)
 
 
-def cached_row(q: torch.Tensor, positions: torch.Tensor, kv, row, window: int | None, chunk: Callable | None):
+def cached_row(
+    q: torch.Tensor, positions: torch.Tensor, kv, row, window: int | None, chunk: Callable | None, codec=None
+):
     """One row's queries q [T, H, hd] at positions [T] over its slot's cache (model/kv_cache.LayerKV, `row` a
     model/rows.Row) -> [T, H, hd]: `kv.read` from position `low` (0 where reads are views; a quantized or bf16
-    format dequantizes only what the window lets the row see, and the positions shift to match), then
-    attend_row, `chunk` taking float32 keys either way."""
+    format dequantizes only what the window lets the row see, and the positions shift to match; `codec`: the
+    read's), then attend_row, `chunk` taking float32 keys either way."""
     low = kv.first_read(row.first)
-    keys, values = kv.read(row.slot, low, row.last + 1)
+    keys, values = kv.read(row.slot, low, row.last + 1, codec)
     shifted = positions - low if low else positions
     o = attend_row(
         q.transpose(0, 1)[None], keys.to(q.dtype), values.to(q.dtype), shifted, row.consecutive, window, chunk

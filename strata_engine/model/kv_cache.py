@@ -175,24 +175,37 @@ class LayerKV:
                 raise ContextOverflowError(slot, last, self.ctx)
 
     def write_row(
-        self, slot: int, first: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None
+        self,
+        slot: int,
+        first: int,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        codec=None,
     ) -> None:
         """k, v: [T, num_kv_heads, head_dim] of one row; at positions first..first+T-1, or at `positions` [T]
-        whose lowest is `first` (model/rows.Row.first)."""
+        whose lowest is `first` (model/rows.Row.first). `codec` (the runtime's native one, or None): its
+        `write(self, slot, first, k, v)` stores consecutive positions, bitwise the format's encode, or answers
+        False (then the format's encode)."""
         at = slice(first, first + k.shape[0]) if positions is None else positions
         self.held_from[slot] = min(self.held_from[slot], first)
         if self.views:  # [Hkv, T, hd] either way (the slot is selected first)
             self.k[slot, :, at] = k.transpose(0, 1).to(self.k.dtype)
             self.v[slot, :, at] = v.transpose(0, 1).to(self.v.dtype)
             return
+        if positions is None and codec is not None and codec.write(self, slot, first, k, v):
+            return
         for name, values in self.format.encode(k.transpose(0, 1), v.transpose(0, 1), self._dtypes).items():
             self.parts[name][slot, :, at] = values
 
-    def read(self, slot: int, low: int, high: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(self, slot: int, low: int, high: int, codec=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The slot's keys and values at positions [low, high), [1, Hkv, high - low, hd]: views in the model's
-        dtype where the format stores that (`views`), else dequantized float32 copies."""
+        dtype where the format stores that (`views`), else dequantized float32 copies (`codec.read(self, slot,
+        low, high)`'s where it answers, bitwise the format's decode)."""
         if self.views:
             return self.k[slot : slot + 1, :, low:high], self.v[slot : slot + 1, :, low:high]
+        if codec is not None and (copies := codec.read(self, slot, low, high)) is not None:
+            return copies
         return self.format.decode({name: t[slot : slot + 1, :, low:high] for name, t in self.parts.items()})
 
     def first_read(self, first: int) -> int:

@@ -8,7 +8,8 @@ call's keys/values at (slot, position) and lets every query at position p attend
 0..p. Rows never see each other: attention runs per row over that row's own prefix, and MoE routing and
 the expert sums are per token in a fixed expert order. Bitwise independence of the GEMMs from the row
 count is not the model's business: the runtime pads the flat tokens and sets `MoE.row_tile` from outside;
-nor are native ops: the runtime sets `Attention.chunk_attention`, `.decode_attention`, `MoE.routed_experts`.
+nor are native ops: the runtime sets `Attention.chunk_attention`, `.decode_attention`, `.kv_codec`,
+`MoE.routed_experts`.
 No devices or layer split in here: the pipeline places `layers[i]` where it likes after construction.
 """
 
@@ -88,6 +89,9 @@ class Attention(nn.Module):
         # A quantized cache's one-query rows written and attended in one call: `(q [R, H, hd], k, v [R, Hkv, hd], kv,
         # [(slot, low, high)]) -> [R, H, hd] or None` (nothing written); None here (the runtime sets it).
         self.decode_attention: Callable | None = None
+        # A quantized cache's codec, passed to `LayerKV.write_row` and `.read` (model/kv_cache.py, `codec`): None
+        # here (kv_format.py's Python encode and decode); the runtime sets its native one.
+        self.kv_codec = None
 
     def project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [N, D] at positions [N] -> q [N, H, hd], k and v [N, Hkv, hd], rotary applied to q and k."""
@@ -113,11 +117,14 @@ class Attention(nn.Module):
         for row in rows.rows:  # the rest written before any is read (rows are distinct slots)
             if row not in answered:
                 span = slice(row.start, row.end)
-                kv.write_row(row.slot, row.first, k[span], v[span], None if row.consecutive else positions[span])
+                at = None if row.consecutive else positions[span]
+                kv.write_row(row.slot, row.first, k[span], v[span], at, self.kv_codec)
         out = [
             answered[r][None]
             if r in answered
-            else cached_row(q[r.start : r.end], positions[r.start : r.end], kv, r, self.window, self.chunk_attention)
+            else cached_row(
+                q[r.start : r.end], positions[r.start : r.end], kv, r, self.window, self.chunk_attention, self.kv_codec
+            )
             for r in rows.rows
         ]
         if rows.padded > rows.real:

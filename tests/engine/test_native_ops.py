@@ -9,7 +9,7 @@ import torch
 from strata_engine.model.attention import aten_row, attend_row
 from strata_engine.model.kv_cache import LayerKV
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.native import build, choice, chunk_attention, quant_decode_attention
+from strata_engine.runtime.native import build, choice, chunk_attention, kv_codec, quant_decode_attention
 from strata_engine.server.run import ready_line
 
 from helpers import native_op_or_skip
@@ -109,6 +109,22 @@ def test_the_quantized_decode_op_serves_where_it_measures_faster_with_a_quantize
     assert hook is quant_decode_attention.attend_decode
     assert (hook(*_quantized_rows(model)) is None) == (path == "aten")  # None: the dequantized window and ATen
     assert f"quantized-decode-attention:{path}" in ready_line("http://127.0.0.1:1", kernels)
+
+
+@pytest.mark.parametrize("native_s, path", [(2e-3, "aten"), (5e-4, "native")])
+def test_the_kv_codec_serves_where_it_measures_faster_with_a_quantized_cache(model, monkeypatch, native_s, path):
+    native_op_or_skip(kv_codec.native_kv_codec, "kv codec")
+    fake_clock(monkeypatch, native_s=native_s, aten_s=1e-3)
+    assert "kv codec" not in choice.choose(model, 4, 1, decode=False, kv_dtype="bf16")  # nothing to encode
+    kernels = choice.choose(model, 4, 1, decode=False, kv_dtype="k8v4")
+    assert kernels["kv codec"]["path"] == path
+    assert f"{native_s / 1e-3:.2f}x ATen's time" in kernels["kv codec"]["why"]
+    hook = model.layers[0].self_attn.kv_codec
+    assert hook is kv_codec.CODEC
+    kv = LayerKV(1, 4, 16, 32, torch.float32, "cpu", None, "k8v4")
+    assert hook.write(kv, 0, 0, torch.ones(3, 4, 32), torch.ones(3, 4, 32)) == (path == "native")
+    assert (hook.read(kv, 0, 0, 3) is None) == (path == "aten")  # None: kv_format.py's decode serves
+    assert f"kv-codec:{path}" in ready_line("http://127.0.0.1:1", kernels)
 
 
 def test_the_engine_reports_its_kernels(monkeypatch, tmp_path):

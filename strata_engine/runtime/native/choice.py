@@ -1,11 +1,11 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
 Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
-`Attention.decode_attention`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
+`Attention.decode_attention`, `Attention.kv_codec`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
 machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
 paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
 (chunk attention, routed experts, with `decode` the compiled step's decode attention, and with a q8 or k8v4
-`kv_dtype` the quantized decode attention), the path that
+`kv_dtype` the quantized decode attention and the kv codec), the path that
 serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
 faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
@@ -30,7 +30,7 @@ from ...model.attention import aten_row, attend_row, cached_row, decode_span
 from ...model.kv_cache import LayerKV
 from ...model.rows import Row
 from ...model.transformer import Attention, MoE
-from . import build, chunk_attention, decode_attention, quant_decode_attention, routed_experts
+from . import build, chunk_attention, decode_attention, kv_codec, quant_decode_attention, routed_experts
 from .prebuild import build_missing
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
@@ -162,6 +162,26 @@ def _quant_decode_arms(model, batch: int, name: str):
     return arms, f"{rows} decode rows of q8 and k8v4 at ~100 and ~{past}"
 
 
+def _codec_arms(model, chunk: int, name: str):
+    """The native codec against kv_format.py's, q8 and k8v4 each (one verdict for both): a prompt chunk's keys
+    and values stored past the window, then the window its queries see read back as float32."""
+    c = model.config
+    window = c.sliding_window or 1024
+    g = torch.Generator().manual_seed(0)
+    k, v = (torch.randn(chunk, c.num_kv_heads, c.head_dim, generator=g) for _ in "kv")
+    arms = []
+    for fmt in ("q8", "k8v4"):
+        kv = LayerKV(1, c.num_kv_heads, window + chunk, c.head_dim, torch.float32, "cpu", None, fmt)
+        kv.write_row(0, 0, *(torch.randn(window, c.num_kv_heads, c.head_dim, generator=g) for _ in "kv"))
+
+        def cycle(codec, kv=kv):
+            kv.write_row(0, window, k, v, None, codec)
+            return kv.read(0, 0, window + chunk, codec)
+
+        arms.append((lambda cycle=cycle: cycle(kv_codec.CODEC), lambda cycle=cycle: cycle(None)))
+    return arms, f"a {chunk}-token chunk of q8 and k8v4 written, its {window + chunk}-position window read"
+
+
 # label -> (switch, op name in build.py, accessor, source, arms)
 OPS = {
     "chunk attention": (
@@ -192,6 +212,13 @@ OPS = {
         quant_decode_attention._SOURCE,
         _quant_decode_arms,
     ),
+    "kv codec": (
+        kv_codec.ENV,
+        "strata_kv_codec",
+        kv_codec.native_kv_codec,
+        kv_codec._SOURCE,
+        _codec_arms,
+    ),
 }
 
 
@@ -202,6 +229,7 @@ def install(model) -> None:
         if isinstance(module, Attention):
             module.chunk_attention = chunk_attention.attend_chunk
             module.decode_attention = quant_decode_attention.attend_decode
+            module.kv_codec = kv_codec.CODEC
         elif isinstance(module, MoE):
             module.routed_experts = routed_experts.run_routed
     first = next(model.parameters())
@@ -221,6 +249,7 @@ def wanted(model, decode: bool, kv_dtype: str | None) -> list[str]:
         "routed experts": bool(getattr(model.config, "num_experts", 0)),
         "decode attention": decode,
         "quantized decode attention": cpu_f32 and heads and kv_dtype in ("q8", "k8v4"),
+        "kv codec": cpu_f32 and kv_dtype in ("q8", "k8v4"),
     }
     return [label for label in OPS if takes[label]]
 
