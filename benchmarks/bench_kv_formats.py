@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from strata_engine.context_length import kv_bytes_per_token
-from strata_engine.model import load_model
-from strata_engine.model.kv_cache import KVCache
-from strata_engine.model.rows import Row
-from strata_engine.runtime.invariance import apply_row_tile, default_row_tile
-from strata_engine.runtime.native.choice import install
-from strata_engine.runtime.pipeline import Part
-from strata_engine.runtime.stage_forward import stage_forward
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's engine, not an installed one
+from strata_engine.context_length import kv_bytes_per_token  # noqa: E402
+from strata_engine.model import load_model  # noqa: E402
+from strata_engine.model.kv_cache import KVCache  # noqa: E402
+from strata_engine.model.rows import Row  # noqa: E402
+from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.native import kv_codec, quant_decode_attention  # noqa: E402
+from strata_engine.runtime.native.choice import install  # noqa: E402
+from strata_engine.runtime.pipeline import Part  # noqa: E402
+from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
 
 FORMATS = ("f32", "bf16", "q8", "k8v4")
 
@@ -121,7 +125,14 @@ def main() -> None:
     c = model.config
     tile = default_row_tile(c, "cpu", torch.float32, args.threads)
     apply_row_tile(model, tile)
-    print(f"threads {args.threads}, row tile {tile}, torch {torch.__version__}")
+    served = {
+        "quantized decode": quant_decode_attention.native_quant_decode_attention(),
+        "kv codec": kv_codec.native_kv_codec(),
+    }
+    print(
+        f"threads {args.threads}, row tile {tile}, torch {torch.__version__}; q8/k8v4 ops: "
+        + ", ".join(f"{name} {'native' if op is not None else 'aten'}" for name, op in served.items())
+    )
     caches, times = {}, {fmt: {"b1": [], "b6": [], "read": []} for fmt in FORMATS}
     with torch.inference_mode():
         for fmt in FORMATS:
