@@ -315,10 +315,10 @@ _PAGES: dict[str, object] = {
     ),
     # docs/measurements/start-up.md
     "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native --jobs 1": Skip(
-        "builds the four native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
+        "builds the native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
     ),
     "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native": Skip(
-        "builds the four native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
+        "builds the native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
     ),
     ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
     ".venv/bin/python benchmarks/bench_start.py --warm 0 --installed": Run(
@@ -326,7 +326,7 @@ _PAGES: dict[str, object] = {
             (
                 r"^\.venv",
                 "env "
-                + " ".join(f"STRATA_{k}_KERNEL=0" for k in ("CHUNK", "EXPERT", "DECODE", "QUANT_DECODE"))
+                + " ".join(f"STRATA_{k}_KERNEL=0" for k in ("CHUNK", "EXPERT", "DECODE", "QUANT_DECODE", "KV_CODEC"))
                 + " .venv",
             ),
             (r"--installed$", "--installed -- --executor sim"),
