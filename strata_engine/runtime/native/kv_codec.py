@@ -10,10 +10,11 @@ built here (build.py). `CODEC` is the hook that choice.install sets on each atte
 (`Attention.kv_codec`, passed to `LayerKV.write_row` and `LayerKV.read`): `write` and `read`, each the op
 on a quantized cache or False / None (then the Python codec).
 
-Why: the Python codec is ~10 small ATen calls a part, each a pass over a prompt chunk's rows or the window
-it reads: per layer a cost like the chunk's attention's. Here one pass a part, no temporaries. Whether it
-serves is raced against the Python codec like the other ops (choice.py): the race is a chunk's write and its
-window's read, milliseconds once per machine, and keeps the verdict honest where the ATen calls are fast.
+Why: the Python codec is ~10 small ATen calls a part, each a pass over a prompt chunk's rows or over the
+window it reads. Here one pass a part, no temporaries, on one thread. The same bits either way, so whether it
+serves is only a question of speed: raced against the Python codec like the other ops (choice.py), since
+those ATen calls spread over the engine's threads where this op does not; the race (a chunk's write and its
+window's read) costs milliseconds, once per machine.
 """
 
 from __future__ import annotations
