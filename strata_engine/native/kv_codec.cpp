@@ -41,6 +41,13 @@ Cache cache_of(const torch::Tensor& k, const torch::Tensor& k_scale, const torch
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
+// round(r) clamped to [lo, hi], as torch's round_().clamp_(): nearbyint rounds half to even (the default
+// rounding mode); clamped as an integer, which is exact, since |r| stays far below 2^31 (at most ~2 x 127: a
+// scale that underflowed to a subnormal keeps few bits).
+static inline int32_t clamp_level(float r, int32_t lo, int32_t hi) {
+  return std::min(std::max(static_cast<int32_t>(std::nearbyint(r)), lo), hi);
+}
+
 // One head's values x -> q8: scale = absmax / 127, q = round(x / scale) clamped to +-127 (a zero scale divides
 // by 1). The max of |x| is exact whatever the order.
 template <int D>
@@ -52,8 +59,7 @@ static inline void encode_q8(const float* x, int64_t dim, int8_t* q, float* scal
   *scale = top / 127.0f;
   const float by = *scale > 0.0f ? *scale : 1.0f;
 #pragma omp simd
-  for (int64_t d = 0; d < n; ++d)
-    q[d] = static_cast<int8_t>(std::min(std::max(std::nearbyint(x[d] / by), -127.0f), 127.0f));
+  for (int64_t d = 0; d < n; ++d) q[d] = static_cast<int8_t>(clamp_level(x[d] / by, -127, 127));
 }
 
 // -> 4-bit: min and scale = (max - min) / 15, q = round((x - min) / scale) clamped to 0..15, element 2i in the
@@ -68,8 +74,7 @@ static inline void encode_q4(const float* x, int64_t dim, uint8_t* q, float* sca
   *scale = (hi - lo) / 15.0f, *low = lo;
   const float by = *scale > 0.0f ? *scale : 1.0f;
 #pragma omp simd
-  for (int64_t d = 0; d < n; ++d)
-    level[d] = static_cast<uint8_t>(std::min(std::max(std::nearbyint((x[d] - lo) / by), 0.0f), 15.0f));
+  for (int64_t d = 0; d < n; ++d) level[d] = static_cast<uint8_t>(clamp_level((x[d] - lo) / by, 0, 15));
   for (int64_t i = 0; i < n / 2; ++i) q[i] = level[2 * i] | (level[2 * i + 1] << 4);
 }
 

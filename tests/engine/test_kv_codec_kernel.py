@@ -35,7 +35,7 @@ def native():
 
 def _rows(tokens: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values [tokens, Hkv, dim] with edge heads: all zeros (scale 0), all equal, all negative, a
-    single non-zero, halves exactly between two levels; the rest random of mixed magnitudes."""
+    single non-zero, halves exactly between two levels, subnormals; the rest random of mixed magnitudes."""
     g = torch.Generator().manual_seed(seed)
     k, v = (
         torch.randn(tokens, KV_HEADS, dim, generator=g) * torch.rand(tokens, KV_HEADS, 1, generator=g) * 8 for _ in "kv"
@@ -46,6 +46,7 @@ def _rows(tokens: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]
         -torch.rand(dim, generator=g) - 0.25,
         torch.zeros(dim).index_fill_(0, torch.tensor([dim - 1]), -3.0),
         torch.arange(dim, dtype=torch.float32) % 4 * 0.5 - 0.75,  # x / scale and (x - min) / scale on .5s
+        torch.randn(dim, generator=g) * 1e-41,  # a subnormal scale: x / scale past the clamp
     ]
     for i, edge in enumerate(edges[: tokens * KV_HEADS]):
         t, h = divmod(i, KV_HEADS)
