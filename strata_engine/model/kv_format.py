@@ -12,6 +12,8 @@ that position's values alone: a row's cache, and so its logits, do not depend on
   - q8:    int8 keys and values, symmetric: scale = absmax / 127 (float32), q = round(x / scale).
   - k8v4:  keys as q8; values 4-bit, asymmetric: scale = (max - min) / 15 and min (float32 each),
            q = round((x - min) / scale) in 0..15, packed two a byte (element 2i in the low nibble, 2i+1 high).
+The runtime's native codec (runtime/native/kv_codec.py) stores and reads q8 and k8v4 bit for bit as these
+do (tests/engine/test_kv_codec_kernel.py): a change to either's arithmetic is a change to both.
 """
 
 from __future__ import annotations
