@@ -15,6 +15,7 @@
 constexpr int LANES = 16;
 #elif defined(__AVX__)
 constexpr int LANES = 8;
+#define LANES_ARE_TWO_REGISTERS 1
 #else
 constexpr int LANES = 4;
 #endif
@@ -83,9 +84,15 @@ static inline v16 bits_to_float(i16 b) {
 // e^x for x <= 0 (a softmax's max-subtracted scores), for a float or 16 lanes, in a form the compiler
 // vectorizes: x = r ln2 + f with r rounded to nearest (ln2 in two parts, as Cephes does) and |f| <= ln2/2,
 // e^f by its Taylor series to f^7 (error < 6e-9), times 2^r built in the exponent bits; below -87.3 it
-// returns 2^-126 (a weight of ~1e-38).
+// returns 2^-126 (a weight of ~1e-38). Always inlined at the AVX level, where 16 lanes are two registers: GCC
+// otherwise called it with the lanes through memory, and a prompt chunk's softmax took half the chunk op's time.
+#if defined(LANES_ARE_TWO_REGISTERS)
+#define STRATA_EXP_INLINE __attribute__((always_inline))
+#else
+#define STRATA_EXP_INLINE
+#endif
 template <typename F>
-static inline F exp_nonpositive(F x) {
+STRATA_EXP_INLINE static inline F exp_nonpositive(F x) {
   const F floor_ = F{} - 87.3f;
   x = select(x < floor_, floor_, x);
   const F r = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
