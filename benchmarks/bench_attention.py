@@ -18,6 +18,10 @@ model's head counts, head_dim and sliding window read from its config:
      what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (runtime/native/chunk_attention.py,
      `attend_row` with its hook, as the engine calls it; skipped where it cannot be built).
 
+`--against REV` times the native ops as they are here against themselves as git revision REV had them
+(sections 3 and 4: A = REV's op, built from its C++ at this level, B = this checkout's), and says whether
+their outputs agree bit for bit: what a change to an op bought, at each level, reproducibly.
+
 `--isa LEVEL` runs it all as a machine of that level would: the native ops built with -march=LEVEL
 (`STRATA_NATIVE_MARCH`), ATen's kernels at that capability (`ATEN_CPU_CAPABILITY`) and MKL's at that level
 (`MKL_ENABLE_INSTRUCTIONS`), the script re-run with them set; a level this CPU cannot execute is refused.
@@ -28,14 +32,17 @@ samples after warm-up; a sample is the mean of enough calls to take ~--sample-ms
 
   .venv/bin/python benchmarks/bench_attention.py
   .venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3    # as an AVX2 machine runs it
+  .venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3 --sections 4 --against HEAD~3
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +57,10 @@ from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
 from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
 from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
+from strata_engine.runtime.native.build import build_from  # noqa: E402
+from strata_engine.kernel_switches import native_march  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def ints(text: str) -> list[int]:
@@ -123,20 +134,45 @@ def row_inputs(config, queries: int, length: int, generator: torch.Generator):
     return q, k_cache[:1, :, :length], v_cache[:1, :, :length], positions
 
 
-def row(shape: str, samples: dict[str, list[float]], errors: list[float]) -> str:
+def row(shape: str, samples: dict[str, list[float]], errors: list[float], same: bool | None = None) -> str:
     (a, sa), (b, sb) = samples.items()
     ma, mb = statistics.median(sa), statistics.median(sb)
+    bits = "" if same is None else f" {'yes' if same else '**no**'} |"
     return (
         f"| {shape} | {ma:.1f} / {min(sa):.1f} | {mb:.1f} / {min(sb):.1f} | {mb / ma:.2f} "
-        f"| {errors[0]:.1e} | {errors[1]:.1e} |"
+        f"| {errors[0]:.1e} | {errors[1]:.1e} |{bits}"
     )
 
 
-def header(first: str, a: str, b: str) -> str:
+def header(first: str, a: str, b: str, bits: bool = False) -> str:
     return (
         f"| {first} | {a}: median / min µs | {b}: median / min µs | B/A | max abs diff A vs float64 "
-        f"| B vs float64 |\n|---|---:|---:|---:|---:|---:|"
+        f"| B vs float64 |{' A, B same bits |' if bits else ''}\n|---|---:|---:|---:|---:|---:|{'---|' if bits else ''}"
     )
+
+
+def op_at(rev: str, file: str, name: str, function: str):
+    """The native op `function` of strata_engine/native/`file` as git revision `rev` had it, built here at
+    this level (`STRATA_NATIVE_MARCH`); exits naming what is missing where that revision lacks the file."""
+
+    def show(path: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"--against {rev}: git cannot show {path} there: {done.stderr.strip()}")
+        return done.stdout
+
+    op = build_from(
+        name, show("strata_engine/native/preamble.h"), show(f"strata_engine/native/{file}"), function, native_march()
+    )
+    if op is None:
+        sys.exit(f"--against {rev}: its {file} did not build here (above)")
+    return op
+
+
+def same_bits(arms: dict[str, Callable[[], torch.Tensor]]) -> bool:
+    """Whether the two arms' outputs are equal bit for bit (NaNs in the same places count as equal)."""
+    a, b = (fn() for fn in arms.values())
+    return bool(torch.equal(a.view(torch.int32), b.view(torch.int32)))
 
 
 def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -208,6 +244,11 @@ def main() -> None:
         help="run as a machine of this x86-64 level: native ops, ATen and MKL all at it (default: this CPU's own)",
     )
     p.add_argument("--sections", default="1,2,3,4", help="comma-separated sections to run (default all)")
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        help="sections 3 and 4: A = the native op as git revision REV had it (built here), B = this checkout's",
+    )
     args = p.parse_args()
     at_isa(args.isa, sys.argv)
     _, config = load_model(args.model)
@@ -294,15 +335,17 @@ def band_chunks(config, window: int, args, generator: torch.Generator, chunks: l
 
 
 def chunk_op(config, window: int | None, args, generator: torch.Generator) -> None:
-    """Section 4: a prompt chunk's attention, the flash paths (`aten_row`) against the native op (`attend_row`)."""
-    print(
-        "\n4. A prompt chunk's attention: A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0), "
-        "B = the native chunk op (attend_row, as the engine calls it)\n"
-    )
+    """Section 4: a prompt chunk's attention, the flash paths (`aten_row`) against the native op (`attend_row`);
+    with --against, the native op at that revision against this one."""
+    a_name, a_what = "A flash", "A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0)"
+    if args.against:
+        old = op_at(args.against, "chunk_attention.cpp", "strata_chunk_attention", "chunk_attention")
+        a_name, a_what = f"A at {args.against}", f"A = the native chunk op as {args.against} had it"
+    print(f"\n4. A prompt chunk's attention: {a_what}, B = the native chunk op (attend_row, as the engine calls it)\n")
     if native_chunk_attention() is None:
-        print("skipped: the native chunk op could not be built here (the engine then uses A)")
+        print("skipped: the native chunk op could not be built here (the engine then uses the flash paths)")
         return
-    print(header("chunk at start (multiply-adds)", "A flash", "B native"))
+    print(header("chunk at start (multiply-adds)", a_name, "B native", bits=bool(args.against)))
     for start in ints(args.chunk_starts):
         for chunk in ints(args.chunks):
             length = start + chunk
@@ -311,6 +354,10 @@ def chunk_op(config, window: int | None, args, generator: torch.Generator) -> No
                 "A": lambda: aten_row(q, keys, values, positions, True, window),
                 "B": lambda: attend_row(q, keys, values, positions, True, window, chunk=attend_chunk),
             }
+            if args.against:
+                arms["A"] = lambda: attend_row(
+                    q, keys, values, positions, True, window, chunk=functools.partial(attend_chunk, op=old)
+                )
             ref = reference(q, keys, values, positions, torch.arange(length), window)
             errors = [max_diff(fn(), ref) for fn in arms.values()]
             seen = sum(min(p + 1, window or p + 1) for p in range(start, length))  # keys each query sees
@@ -320,6 +367,7 @@ def chunk_op(config, window: int | None, args, generator: torch.Generator) -> No
                     f"{chunk:,} at {start:,} ({macs / 1e6:.0f} M)",
                     alternate(arms, args.repeats, args.warmup, args.sample_ms),
                     errors,
+                    same_bits(arms) if args.against else None,
                 )
             )
 
@@ -332,10 +380,15 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
     )
     native = native_decode_attention()
     if native is None:
-        print("skipped: the native op could not be built here (the engine then uses A)")
+        print("skipped: the native op could not be built here (the engine then uses the per-row ATen calls)")
         return
+    old, a_name = None, "A per-row ATen"
+    if args.against:
+        old = op_at(args.against, "decode_attention.cpp", "strata_decode_attention", "decode_attention")
+        a_name = f"A at {args.against}"
+        print(f"(with --against: A = the native op as {args.against} had it)\n")
     heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-    print(header("rows at position", "A per-row ATen", "B native"))
+    print(header("rows at position", a_name, "B native", bits=old is not None))
     for rows in ints(args.decode_rows):
         for base in ints(args.decode_positions):
             at = [base + 3 * i for i in range(rows)]
@@ -348,6 +401,8 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
                 "A": lambda: per_row_attention(q, k, v, *caches, slots, positions, w),
                 "B": lambda: native(q, k, v, *caches, slots, positions, w),
             }
+            if old is not None:
+                arms["A"] = lambda: old(q, k, v, *caches, slots, positions, w)
             errors = []
             for fn in arms.values():  # every row against plain float64 math over its own keys (written by the call)
                 out = fn()
@@ -367,7 +422,8 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
                         for i in range(rows)
                     )
                 )
-            print(row(f"{rows} at ~{base:,}", alternate(arms, args.repeats, args.warmup, args.sample_ms), errors))
+            samples = alternate(arms, args.repeats, args.warmup, args.sample_ms)
+            print(row(f"{rows} at ~{base:,}", samples, errors, same_bits(arms) if old is not None else None))
 
 
 if __name__ == "__main__":

@@ -122,15 +122,15 @@ def machine_tag() -> str:
     return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:10]
 
 
-def source_tag(source: str) -> str:
+def source_tag(source: str, preamble: str = PREAMBLE) -> str:
     """A short hash of an op's whole C++ (the preamble with it)."""
-    return hashlib.sha256((PREAMBLE + source).encode()).hexdigest()[:8]
+    return hashlib.sha256((preamble + source).encode()).hexdigest()[:8]
 
 
-def module_name(name: str, source: str, march: str) -> str:
+def module_name(name: str, source: str, march: str, preamble: str = PREAMBLE) -> str:
     """The op's name in torch's extension cache: its level, this CPU's flags and its source, hashed."""
     level = "" if march == "native" else f"_{march.replace('-', '_').replace('.', '_')}"
-    return f"{name}{level}_{machine_tag()}_{source_tag(source)}"
+    return f"{name}{level}_{machine_tag()}_{source_tag(source, preamble)}"
 
 
 def is_built(name: str, source: str, march: str) -> bool:
@@ -141,8 +141,15 @@ def is_built(name: str, source: str, march: str) -> bool:
     return os.path.exists(os.path.join(_get_build_directory(module, verbose=False), f"{module}.so"))
 
 
-def _build(name: str, source: str, function: str, fallback: str, env: str, march: str):
-    library = module_name(name, source, march)
+def build_from(name: str, preamble: str, source: str, function: str, march: str):
+    """The op built from C++ given whole (another revision's preamble and source: a benchmark's baseline), at
+    -march=`march`; no switch or verdict applies. None where it does not build (the reason on stderr)."""
+    with _lock:
+        return _build(name, source, function, "no baseline", "no switch", march, preamble)
+
+
+def _build(name: str, source: str, function: str, fallback: str, env: str, march: str, preamble: str = PREAMBLE):
+    library = module_name(name, source, march, preamble)
     began = time.monotonic()
     try:
         from torch.utils.cpp_extension import _get_build_directory, _import_module_from_library
@@ -162,7 +169,7 @@ def _build(name: str, source: str, function: str, fallback: str, env: str, march
                 file=sys.stderr,
                 flush=True,
             )
-        module = _load_showing_warnings(library, PREAMBLE + source, march)
+        module = _load_showing_warnings(library, preamble + source, march)
         if fresh:
             print(
                 f"strata-engine: built the native {function.replace('_', ' ')} in {time.monotonic() - began:.0f} s",

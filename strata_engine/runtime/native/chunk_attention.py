@@ -40,13 +40,16 @@ def native_chunk_attention(march: str | None = None):
     )
 
 
-def attend_chunk(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: int | None) -> torch.Tensor | None:
+def attend_chunk(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: int | None, op=None
+) -> torch.Tensor | None:
     """The model's hook (`Attention.chunk_attention`, attend_row's `chunk`): q [1, H, T, hd] at the last T
-    positions of keys and values [1, Hkv, L, hd] -> [1, H, T, hd] in one call of the op, or None where the op
-    does not serve (its switch, the runtime's choice, no build) or does not take these shapes."""
+    positions of keys and values [1, Hkv, L, hd] -> [1, H, T, hd] in one call of the op (`op`, default the one
+    that serves here), or None where the op does not serve (its switch, the runtime's choice, no build) or
+    does not take these shapes."""
     if not _fits(q, keys, values):
         return None
-    op = native_chunk_attention()
+    op = op or native_chunk_attention()
     if op is None:
         return None
     tokens, length = q.shape[2], keys.shape[2]
