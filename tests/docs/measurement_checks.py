@@ -184,6 +184,22 @@ _PAGES: dict[str, object] = {
         "builds every native op again at -march=x86-64-v3 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels' bits"
     ),
+    # docs/measurements/intel-xeon.md: the chunk op now against the op as a revision had it (--against)
+    ".venv/bin/python benchmarks/bench_attention.py --sections 4 --repeats 9 --chunks 64,256 --against b2c574b~1": Run(
+        ((r"--repeats 9", "--repeats 1"), (r"--chunks 64,256", "--chunks 64 --chunk-starts 512"))
+    ),
+    **{
+        f".venv/bin/python benchmarks/bench_attention.py --isa {level} --sections {sections} --repeats 9{rest} --against {rev}": Skip(
+            f"builds the op at -march={level} here and as {rev} had it (about a minute a build); the same "
+            "comparison at this CPU's level runs above"
+        )
+        for level, sections, rest, rev in (
+            ("x86-64-v3", "4", " --chunks 64,256", "b2c574b~1"),
+            ("x86-64-v3", "4", " --chunks 64,256", "3e384b0~1"),
+            ("x86-64-v2", "4", " --chunks 64,256", "b2c574b~1"),
+            ("x86-64-v3", "3", "", "3e384b0~1"),
+        )
+    },
     ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
         "builds every native op again at -march=x86-64-v2 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels' bits"
