@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from .synthetic_cache import PrefixCache
 
@@ -344,40 +344,50 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
         raise
 
 
-def spawn(*flags: str, timeout_s: float = 30.0, attempts: int = 3) -> tuple[subprocess.Popen[bytes], str]:
+def spawn(
+    *flags: str, timeout_s: float = 30.0, attempts: int = 3, choose: Callable[[], int] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server in a subprocess on a free port; (process, URL) once /health answers 200 from it
-    (on a port another process took first, again on a new one: engines.ports)."""
+    (on a port another process took first, again on a new one: engines.ports.start_ours). `choose` gives
+    the ports (engines.ports.free_port; a test hands one that another process holds)."""
     import httpx
 
-    from .engines.ports import free_port, listener_is_ours
+    from .engines import ports
 
-    for _ in range(attempts):
-        port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+    started: list[subprocess.Popen[bytes]] = []
+
+    def launch(port: int) -> subprocess.Popen[bytes]:
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
         )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                if listener_is_ours(port, proc.pid) is False:
-                    break  # it could not bind: another process took the port first
-                raise RuntimeError(f"the synthetic server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    if listener_is_ours(port, proc.pid) is not False:
-                        return proc, url
-                    break  # another process answers here
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s")
+        return started[-1]
+
+    def answers(port: int) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
         proc.wait()
-    raise RuntimeError(f"every port tried ({attempts}) was taken by another process")
+
+    try:
+        proc, port, _ = ports.start_ours(
+            launch, answers, stop, timeout_s=timeout_s, choose=choose or ports.free_port, tries=attempts, poll_s=0.05
+        )
+    except ports.Taken:
+        raise RuntimeError(f"every port tried ({attempts}) was taken by another process") from None
+    except ports.Exited:
+        stderr = started[-1].stderr
+        raise RuntimeError(f"the synthetic server exited: {stderr.read().decode() if stderr else ''}") from None
+    except ports.TimedOut:
+        raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s") from None
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def main(argv: list[str] | None = None) -> None:

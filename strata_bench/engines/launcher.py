@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from .ports import HOST, free_port, listener_is_ours
+from . import ports
+from .ports import HOST, TRIES, free_port
 
 
 class LaunchError(RuntimeError):
@@ -36,7 +37,7 @@ class PortTaken(LaunchError):
     """The port we chose answers, but from a process outside the tree we started (ports.listener_is_ours)."""
 
 
-ATTEMPTS = 3  # ports tried when another process takes the one we chose before our engine binds it
+ATTEMPTS = TRIES  # ports tried when another process takes the one we chose before our engine binds it
 
 
 def with_port(command: str, port: int, host: str = HOST) -> str:
@@ -101,14 +102,14 @@ class EngineProcess:
         if not command.strip():
             raise ValueError(f"{name}: the engine command is empty")
         self.name, self.command, self.host, self.start_timeout = name, command, host, start_timeout
-        self._choose_port()
+        self._use_port(free_port(self.host))
         self._tmpdir = None if log_stem is not None else tempfile.mkdtemp(prefix="strata-engine-")
         stem = log_stem if log_stem is not None else Path(self._tmpdir) / "engine"
         self.stderr_path, self.stdout_path = stem.with_suffix(".stderr"), stem.with_suffix(".stdout")
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def _choose_port(self) -> None:
-        self.port = free_port(self.host)
+    def _use_port(self, port: int) -> None:
+        self.port = port
         self.url = f"http://{self.host}:{self.port}"
         self.launched = with_port(self.command, self.port, self.host)
 
@@ -134,23 +135,35 @@ class EngineProcess:
             except OSError as exc:
                 raise LaunchError(f"{self.name}: cannot start {self.launched!r}: {exc}") from None
 
+    def _launch(self, port: int) -> subprocess.Popen[bytes]:
+        self._use_port(port)
+        self.spawn()
+        assert self.proc is not None
+        return self.proc
+
     def start(self) -> str:
         """Spawn and wait until healthy; the URL. On failure the process is stopped and LaunchError raised.
-        When another process answers on the chosen port (PortTaken), it starts again on a new one."""
-        for attempt in range(ATTEMPTS):
-            self.spawn()
-            try:
-                self.wait_healthy(self.start_timeout)
-                return self.url
-            except PortTaken:
-                self.stop()
-                if attempt == ATTEMPTS - 1:
-                    raise
-                self._choose_port()
-            except BaseException:
-                self.stop()
-                raise
-        raise AssertionError("unreachable")
+        When another process answers on the chosen port (PortTaken), it starts again on a new one
+        (ports.start_ours, ATTEMPTS ports in all)."""
+        try:
+            with httpx.Client() as client:
+                ports.start_ours(
+                    self._launch,
+                    lambda port: is_healthy(client, self.url),
+                    lambda proc: self._end(),  # the logs stay for the error's stderr lines
+                    timeout_s=self.start_timeout,
+                    port=self.port,
+                    choose=lambda: free_port(self.host),
+                    tries=ATTEMPTS,
+                )
+        except ports.NotReady as exc:
+            error = self._error(exc)
+            self.stop()
+            raise error from None
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
 
     def stderr_tail(self, lines: int = 40) -> list[str]:
         return tail_lines(self.stderr_path, lines)
@@ -178,28 +191,35 @@ class EngineProcess:
             return None
 
     def wait_healthy(self, timeout_s: float) -> float:
-        """Seconds until healthy; LaunchError if the process exits first or the timeout passes."""
+        """Seconds until healthy; LaunchError if the process exits first or the timeout passes, PortTaken
+        if another process holds its port (one port: start() is the one that tries others)."""
         assert self.proc is not None, "spawn() first"
-        start = time.monotonic()
         with httpx.Client() as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None and listener_is_ours(self.port, self.proc.pid) is False:
-                    raise PortTaken(self.failure(f"exited with status {code}: another process holds port {self.port}"))
-                if code is not None:
-                    raise LaunchError(
-                        self.failure(f"the engine exited with status {code} before it was healthy"), self.stderr_tail()
-                    )
-                if is_healthy(client, self.url):
-                    if listener_is_ours(self.port, self.proc.pid) is False:
-                        raise PortTaken(self.failure(f"another process answers on port {self.port}"))
-                    return time.monotonic() - start
-                if time.monotonic() - start > timeout_s:
-                    raise LaunchError(self.failure(f"not healthy after {timeout_s:g} s"), self.stderr_tail())
-                time.sleep(0.1)
+            try:
+                return ports.wait_ours(self.proc, self.port, lambda: is_healthy(client, self.url), timeout_s)
+            except ports.NotReady as exc:
+                raise self._error(exc) from None
+
+    def _error(self, exc: ports.NotReady) -> LaunchError:
+        """The LaunchError for a ports.start_ours/wait_ours failure, with the command and the stderr lines."""
+        if isinstance(exc, ports.Taken):
+            return PortTaken(self.failure(str(exc)))
+        if isinstance(exc, ports.Exited):
+            what = f"the engine exited with status {exc.code} before it was healthy"
+        else:
+            what = f"not healthy after {exc.timeout_s:g} s"
+        return LaunchError(self.failure(what), self.stderr_tail())
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM to the process group, SIGKILL after timeout_s; the exit status."""
+        code = self._end(timeout_s)
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+        return code
+
+    def _end(self, timeout_s: float = 10.0) -> int | None:
+        """stop() but the logs: they stay for an error's stderr lines and the next try's files."""
         if self.proc is None:
             return None
         try:
@@ -213,9 +233,6 @@ class EngineProcess:
         finally:  # also when a second Ctrl-C lands during the wait: no engine outlives the bench
             # The shell may be gone while a child it started lingers: the group gets a last SIGKILL.
             self._signal(signal.SIGKILL)
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
         return self.proc.returncode
 
     def _signal(self, sig: int) -> None:

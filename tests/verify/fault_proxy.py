@@ -32,7 +32,7 @@ from fastapi.responses import Response, StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from strata_bench.engines.launcher import with_port  # noqa: E402
-from strata_bench.engines.ports import free_port, listener_is_ours  # noqa: E402
+from strata_bench.engines import ports  # noqa: E402
 from strata_verify.requests import name_of  # noqa: E402
 
 
@@ -151,43 +151,38 @@ def build_app(proxy: Proxy) -> FastAPI:
 
 def start_child(child: list[str], attempts: int = 3) -> tuple[subprocess.Popen, str]:
     """The engine on a free port once /health answers from it; on a port another process took first
-    (ports.listener_is_ours), again on a new one."""
-    for _ in range(attempts):
-        port = free_port()
-        # exec: the shell becomes the engine, so killing proc kills the engine. Its stdout goes to our
-        # stderr: the gate must read this proxy's address, not the engine's STRATA_READY line.
+    (ports.listener_is_ours), again on a new one (ports.start_ours)."""
+
+    def launch(port: int) -> subprocess.Popen:
+        # exec: the shell becomes the engine, so killing proc kills the engine. No session of its own: the
+        # engine stays in this proxy's process group, which the launcher's SIGTERM reaches. Its stdout goes
+        # to our stderr: the gate must read this proxy's address, not the engine's STRATA_READY line.
         command = "exec " + with_port(shlex.join(child), port)
-        proc = subprocess.Popen(command, shell=True, stdout=sys.stderr, stderr=sys.stderr)
-        url = f"http://127.0.0.1:{port}"
-        if _wait_ready(proc, url, port):
-            return proc, url
-        print(f"fault_proxy: another process holds port {port}; starting again", file=sys.stderr, flush=True)
+        return subprocess.Popen(command, shell=True, stdout=sys.stderr, stderr=sys.stderr)
+
+    def answers(port: int) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(proc: subprocess.Popen) -> None:
         proc.kill()
         proc.wait()
-    sys.exit(f"fault_proxy: every port tried ({attempts}) was taken by another process")
 
+    def retrying(port: int) -> None:
+        print(f"fault_proxy: another process holds port {port}; starting again", file=sys.stderr, flush=True)
 
-def _wait_ready(proc: subprocess.Popen, url: str, port: int) -> bool:
-    """True once our engine answers /health; False when another process answers on its port."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            if listener_is_ours(port, proc.pid) is False:
-                return False  # it could not bind: another process took the port first
-            print(
-                f"fault_proxy: engine exited with status {proc.returncode} before it was ready",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.exit(proc.returncode or 1)
-        try:
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return listener_is_ours(port, proc.pid) is not False
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit("fault_proxy: engine not ready in 600 s")
+    try:
+        proc, port, _ = ports.start_ours(launch, answers, stop, timeout_s=600, tries=attempts, retrying=retrying)
+    except ports.Taken:
+        sys.exit(f"fault_proxy: every port tried ({attempts}) was taken by another process")
+    except ports.Exited as exc:
+        print(f"fault_proxy: engine exited with status {exc.code} before it was ready", file=sys.stderr, flush=True)
+        sys.exit(exc.code or 1)
+    except ports.TimedOut:
+        sys.exit("fault_proxy: engine not ready in 600 s")
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def main(argv: list[str] | None = None) -> None:
