@@ -30,6 +30,15 @@ def foreign():
     proc.wait()
 
 
+@pytest.fixture
+def silent():
+    """A port held by a listening socket of this test's that never answers (another engine still loading)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
 def test_a_listener_is_ours_only_in_the_tree_that_holds_it():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -46,10 +55,11 @@ def test_a_listener_is_ours_only_in_the_tree_that_holds_it():
 
 
 def test_an_engine_handed_a_taken_port_starts_again_on_another(monkeypatch, foreign):
-    handed = iter([foreign])
-    monkeypatch.setattr(launcher, "free_port", lambda host="127.0.0.1": next(handed, None) or _free())
+    handed = Handed(foreign)
+    monkeypatch.setattr(launcher, "free_port", lambda host="127.0.0.1": handed())
     with EngineProcess(SYN, name="synthetic", start_timeout=30) as engine:
-        assert engine.port != foreign
+        assert handed.ports[0] == foreign, "the taken port was never tried"
+        assert engine.port == handed.ports[-1] != foreign
         assert ports.listener_is_ours(engine.port, engine.proc.pid) is True
         assert httpx.get(f"{engine.url}/health").status_code == 200
 
@@ -60,16 +70,33 @@ def test_an_engine_that_finds_every_port_taken_says_so(monkeypatch, foreign):
         EngineProcess(SYN, name="synthetic", start_timeout=30).start()
 
 
-def test_the_synthetic_server_handed_a_taken_port_starts_again(monkeypatch, foreign):
-    handed = iter([foreign])
-    monkeypatch.setattr(ports, "free_port", lambda host="127.0.0.1": next(handed, None) or _free())
-    proc, url = synthetic.spawn()
+@pytest.mark.parametrize("holder", ["foreign", "silent"])
+def test_the_synthetic_server_handed_a_taken_port_starts_again(request, holder):
+    """Another server answers on the port (ours never binds it), or holds it without answering (ours exits)."""
+    taken = request.getfixturevalue(holder)
+    handed = Handed(taken)
+    proc, url = synthetic.spawn(choose=handed)
     try:
-        assert not url.endswith(f":{foreign}")
-        assert ports.listener_is_ours(int(url.rsplit(":", 1)[1]), proc.pid) is True
+        assert handed.ports[0] == taken, "the taken port was never tried"
+        assert url == f"http://127.0.0.1:{handed.ports[-1]}" and handed.ports[-1] != taken
+        assert ports.listener_is_ours(handed.ports[-1], proc.pid) is True
+        assert httpx.get(f"{url}/health").status_code == 200
     finally:
         proc.kill()
         proc.wait()
+
+
+class Handed:
+    """Ports for the code under test: `taken` first, then free ones; `ports` lists those it asked for, so a
+    test sees that the taken one was tried (a launcher that never asked would pass without retrying)."""
+
+    def __init__(self, taken: int):
+        self.ports: list[int] = []
+        self.taken = taken
+
+    def __call__(self) -> int:
+        self.ports.append(_free() if self.ports else self.taken)
+        return self.ports[-1]
 
 
 def _free() -> int:
