@@ -95,11 +95,31 @@ def greedy(
     return out
 
 
-def native_op_or_skip(getter: Callable[[], Callable | None], what: str) -> Callable:
-    """A native op (runtime/native/build.py) for its tests, built here, or the test skips saying why it could not be."""
+def native_op_or_skip(getter: Callable[..., Callable | None], what: str, march: str | None = None) -> Callable:
+    """A native op (runtime/native/build.py) for its tests, built here for `march` (None: this machine's
+    own, kernel_switches.native_march), or the test skips saying why it could not be."""
     from strata_engine.kernel_switches import native_march
 
-    op = getter(march=native_march())  # the op itself, whatever this machine's verdict serves
+    op = getter(march=march or native_march())  # the op itself, whatever this machine's verdict serves
     if op is None:
+        if march is not None:
+            pytest.skip(f"the native {what} did not build for {march} here (stderr says why)")
         pytest.skip(f"the native {what} could not be built here (no C++ compiler or ninja)")
     return op
+
+
+def native_op_fixtures(switch: str, getter: Callable[..., Callable | None], what: str) -> tuple[Callable, Callable]:
+    """The two fixtures of a native op's test file, bound there as `the_op_serves, native = ...`: its switch
+    (the env variable `switch`) at 1 for every test, and the op itself (native_op_or_skip), built once a module."""
+
+    @pytest.fixture(autouse=True, name="the_op_serves")
+    def the_op_serves(monkeypatch):
+        """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
+        monkeypatch.setenv(switch, "1")
+
+    @pytest.fixture(scope="module", name="native")
+    def native():
+        """The op, built once a module (or its tests skip)."""
+        return native_op_or_skip(getter, what)
+
+    return the_op_serves, native

@@ -19,7 +19,7 @@ from strata_engine.model.attention import aten_row, attend_row
 from strata_engine.runtime.native import chunk_attention
 from strata_engine.runtime.native.choice import install
 
-from helpers import native_op_or_skip
+from helpers import native_op_fixtures
 
 
 def attend(q, keys, values, positions, window):
@@ -27,15 +27,9 @@ def attend(q, keys, values, positions, window):
     return attend_row(q, keys, values, positions, True, window, chunk=chunk_attention.attend_chunk)
 
 
-@pytest.fixture(autouse=True)
-def the_op_serves(monkeypatch):
-    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(chunk_attention.ENV, "1")
-
-
-@pytest.fixture(scope="module")
-def native():
-    return native_op_or_skip(chunk_attention.native_chunk_attention, "chunk attention")
+the_op_serves, native = native_op_fixtures(
+    chunk_attention.ENV, chunk_attention.native_chunk_attention, "chunk attention"
+)
 
 
 def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int):

@@ -12,20 +12,14 @@ import torch
 from strata_engine.runtime.native import decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
-from helpers import native_op_or_skip
+from helpers import native_op_fixtures
 
 HEADS, KV_HEADS, DIM, CTX = 8, 4, 32, 2048
 
 
-@pytest.fixture(autouse=True)
-def the_op_serves(monkeypatch):
-    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(decode_attention.ENV, "1")
-
-
-@pytest.fixture(scope="module")
-def native():
-    return native_op_or_skip(decode_attention.native_decode_attention, "decode attention")
+the_op_serves, native = native_op_fixtures(
+    decode_attention.ENV, decode_attention.native_decode_attention, "decode attention"
+)
 
 
 def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DIM):

@@ -17,18 +17,10 @@ from strata_engine.model.transformer import MoE
 from strata_engine.runtime.native import routed_experts
 from strata_engine.runtime.native.choice import install
 
-from helpers import greedy, native_op_or_skip
+from helpers import greedy, native_op_fixtures
 
 
-@pytest.fixture(autouse=True)
-def the_op_serves(monkeypatch):
-    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(routed_experts.ENV, "1")
-
-
-@pytest.fixture(scope="module")
-def native():
-    return native_op_or_skip(routed_experts.native_routed_experts, "routed experts")
+the_op_serves, native = native_op_fixtures(routed_experts.ENV, routed_experts.native_routed_experts, "routed experts")
 
 
 def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:

@@ -17,20 +17,12 @@ from strata_engine.runtime.native.choice import install
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 
-from helpers import native_op_or_skip
+from helpers import native_op_fixtures
 
 KV_HEADS, CTX = 3, 160
 
 
-@pytest.fixture(autouse=True)
-def the_op_serves(monkeypatch):
-    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(kv_codec.ENV, "1")
-
-
-@pytest.fixture(scope="module")
-def native():
-    return native_op_or_skip(kv_codec.native_kv_codec, "kv codec")
+the_op_serves, native = native_op_fixtures(kv_codec.ENV, kv_codec.native_kv_codec, "kv codec")
 
 
 def _rows(tokens: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,8 @@ from strata_engine.model.kv_cache import LayerKV
 from strata_engine.runtime.native import chunk_attention, decode_attention, kv_codec, quant_decode_attention
 from strata_engine.runtime.compiled_step import per_row_attention
 
+from helpers import native_op_or_skip
+
 pytestmark = pytest.mark.slow
 
 LEVELS = {"x86-64-v2": {"sse4_2"}, "x86-64-v3": {"avx2", "fma"}, "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"}}
@@ -30,10 +32,7 @@ def _runnable() -> list[str]:
 def _op(getter, level: str):
     if level not in _runnable():
         pytest.skip(f"this CPU cannot run {level} code")
-    op = getter(march=level)
-    if op is None:
-        pytest.skip(f"the op did not build for {level} here (stderr says why)")
-    return op
+    return native_op_or_skip(getter, "op", march=level)
 
 
 def _chunk(tokens: int, start: int, dim: int, seed: int):

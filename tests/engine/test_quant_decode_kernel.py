@@ -18,20 +18,14 @@ from strata_engine.runtime.native.choice import install
 from strata_engine.runtime.pipeline import Part
 from strata_engine.runtime.stage_forward import stage_forward
 
-from helpers import native_op_or_skip
+from helpers import native_op_fixtures
 
 HEADS, KV_HEADS, CTX = 8, 4, 300
 
 
-@pytest.fixture(autouse=True)
-def the_op_serves(monkeypatch):
-    """These tests are of the op: it serves whatever this machine's race chose (a test sets 0 itself)."""
-    monkeypatch.setenv(quant_decode_attention.ENV, "1")
-
-
-@pytest.fixture(scope="module")
-def native():
-    return native_op_or_skip(quant_decode_attention.native_quant_decode_attention, "quantized decode attention")
+the_op_serves, native = native_op_fixtures(
+    quant_decode_attention.ENV, quant_decode_attention.native_quant_decode_attention, "quantized decode attention"
+)
 
 
 def _cache(fmt: str, dim: int, seed: int = 0) -> LayerKV:
