@@ -268,8 +268,7 @@ def main() -> int:
     tokenizer = byte_tokenizer(workdir / "tokenizer")
     engine = EngineProcess(args.engine, name="strata", log_stem=workdir / "engine")
     try:
-        engine.spawn()
-        engine.wait_healthy(300)
+        engine.start()
         if args.model is None:
             import httpx
 

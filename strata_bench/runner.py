@@ -190,10 +190,15 @@ def run_once(
             record.update(url=arm.url, command=None, **not_sampled("a running server (NAME=@URL): not sampled"))
             run = run_stamped(drive(arm.url, ctx))
         else:
-            engine = EngineProcess(arm.command, name=f"arm {arm.name!r}", log_stem=out.logs_dir / key.id)
+            engine = EngineProcess(
+                arm.command,
+                name=f"arm {arm.name!r}",
+                log_stem=out.logs_dir / key.id,
+                start_timeout=config.health_timeout_s,
+            )
             record.update(url=engine.url, command=engine.launched, stderr=str(engine.stderr_path.relative_to(out.path)))
-            engine.spawn()
-            record["health_s"] = round(engine.wait_healthy(config.health_timeout_s), 3)
+            engine.start()  # on a port another process took first, again on a new one
+            record.update(url=engine.url, command=engine.launched, health_s=round(engine.ready_s, 3))
             memory = RssSampler(engine.proc.pid).start()  # its process tree, from health to the run's end
             run = run_stamped(drive(engine.url, ctx, engine.exit_code))
             code = _exit_code_after(engine, run)

@@ -107,6 +107,7 @@ class EngineProcess:
         stem = log_stem if log_stem is not None else Path(self._tmpdir) / "engine"
         self.stderr_path, self.stdout_path = stem.with_suffix(".stderr"), stem.with_suffix(".stdout")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_s: float | None = None  # start(): seconds from the last try's spawn until healthy
 
     def _use_port(self, port: int) -> None:
         self.port = port
@@ -147,7 +148,7 @@ class EngineProcess:
         (ports.start_ours, ATTEMPTS ports in all)."""
         try:
             with httpx.Client() as client:
-                ports.start_ours(
+                _, _, self.ready_s = ports.start_ours(
                     self._launch,
                     lambda port: is_healthy(client, self.url),
                     lambda proc: self._end(),  # the logs stay for the error's stderr lines

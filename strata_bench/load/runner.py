@@ -123,10 +123,15 @@ def run_once(key: RunKey, arm: Arm, shape: LoadShape, config: LoadConfig, out: R
             record.update(url=arm.url, command=None)
             url = arm.url
         else:
-            engine = EngineProcess(arm.command, name=f"arm {arm.name!r}", log_stem=out.logs_dir / key.id)
+            engine = EngineProcess(
+                arm.command,
+                name=f"arm {arm.name!r}",
+                log_stem=out.logs_dir / key.id,
+                start_timeout=config.health_timeout_s,
+            )
             record.update(url=engine.url, command=engine.launched)
-            engine.spawn()
-            record["health_s"] = round(engine.wait_healthy(config.health_timeout_s), 3)
+            engine.start()  # on a port another process took first, again on a new one
+            record.update(url=engine.url, command=engine.launched, health_s=round(engine.ready_s, 3))
             url = engine.url
         assert url is not None
         record.update(run_stamped(drive_load(url, shape, config, key.id)))
