@@ -13,8 +13,13 @@ import httpx
 import pytest
 
 from strata_bench import synthetic
+from strata_bench.arms import Arm
 from strata_bench.engines import launcher, ports
 from strata_bench.engines.launcher import EngineProcess
+from strata_bench.order import RunKey
+from strata_bench.results import ResultsDir
+from strata_bench.runner import BenchConfig, run_once, start_or_resume
+from strata_bench.scenarios import Scenario
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc")
 
@@ -84,6 +89,27 @@ def test_the_synthetic_server_handed_a_taken_port_starts_again(request, holder):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_bench_run_whose_engine_is_handed_a_taken_port_runs_on_another(tmp_path, monkeypatch, foreign):
+    handed = Handed(foreign)
+    monkeypatch.setattr(launcher, "free_port", lambda host="127.0.0.1": handed())
+    arm = Arm("launched", command=f"{SYN} --port {{port}} --itl-ms 2")
+    scenario = Scenario.from_dict(
+        {
+            "name": "one",
+            "settle_s": 0.0,
+            "requests": [{"name": "a", "role": "stream", "prompt_tokens": 8, "max_tokens": 4}],
+        }
+    )
+    config = BenchConfig(arms=(arm,), scenarios=(scenario,))
+    out = ResultsDir(tmp_path / "bench")
+    meta = start_or_resume(config, out, ["test"], resume=False)
+    run = run_once(RunKey(0, "one", "launched"), arm, scenario, config, meta["nonce"], out)
+    assert handed.ports[0] == foreign, "the taken port was never tried"
+    assert run["status"] == "ok", run.get("failure")
+    assert run["url"] == f"http://127.0.0.1:{handed.ports[-1]}" and handed.ports[-1] != foreign
+    assert f"--port {handed.ports[-1]} " in run["command"] and run["health_s"] >= 0
 
 
 class Handed:
