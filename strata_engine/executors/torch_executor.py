@@ -17,7 +17,7 @@ from ..scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ..model.kv_cache import trim_floor
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
 from ..runtime.prefix_copies import PrefixCopy
-from ..scheduler.read_policy import choose_rider, end_run, issue_depth, rider_interval_ms, run_interval_ms
+from ..scheduler.run_loop import RunSpec, mixed_run, read_run
 from ..scheduler.request import Phase, Request
 
 
@@ -126,43 +126,17 @@ class TorchExecutor:
         should_stop: Callable[[], bool] | None = None,
         budget_ms: float | None = None,
     ) -> RunResult:
-        t0 = self.clock()
-        if should_stop is None and budget_ms is None:
-            for start, end in chunks:
-                self._submit(MicroBatch([self._read_part(request, start, end)]))
-            results = self.pipeline.drain()
-        else:  # an interruptible run: read_policy says how deep to fill and whether to issue each chunk
-            results, pending, completions = [], list(chunks), []
-            while pending or self.pipeline.in_flight:
-                depth = issue_depth(budget_ms, self._read_interval_ms, len(completions), self.num_stages)
-                if pending and self.pipeline.in_flight < depth:
-                    now = (self.clock() - t0) * 1000.0
-                    if len(pending) < len(chunks) and end_run(
-                        should_stop,
-                        budget_ms,
-                        completions,
-                        self.pipeline.in_flight,
-                        now,
-                        self._read_interval_ms,
-                        self.num_stages,
-                    ):
-                        chunks = chunks[: len(chunks) - len(pending)]
-                        pending = []
-                        continue
-                    start, end = pending.pop(0)
-                    self._submit(MicroBatch([self._read_part(request, start, end)]))
-                    continue
-                results.append(self.pipeline.get())
-                completions.append((self.clock() - t0) * 1000.0)
-            self._read_interval_ms = run_interval_ms(completions) or self._read_interval_ms
-        _raise_first_error(results)
+        run = _PipelineRun(self, request, on_token)
+        ran = read_run(run, RunSpec(tuple(chunks), should_stop, budget_ms), self._read_interval_ms)
+        self._read_interval_ms = ran.interval_ms
+        _raise_first_error(run.results)
         first = None
-        last = results[-1].parts[0]
+        last = run.results[-1].parts[0]
         if last.logits is not None:
             first = request.sampler.sample(last.logits[0])
             on_token(request, first)
-        tokens = sum(end - start for start, end in chunks)
-        return RunResult((self.clock() - t0) * 1000.0, len(chunks), tokens, first)
+        tokens = sum(end - start for start, end in ran.chunks)
+        return RunResult(run.now_ms(), len(ran.chunks), tokens, first)
 
     # -- decode --------------------------------------------------------------------------------
     @staticmethod
@@ -225,79 +199,80 @@ class TorchExecutor:
     def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None) -> MixedResult:
         """Each micro-batch carries one read chunk plus the decode tokens of one group as one ragged
         forward (the decode rows share the chunk's GEMMs), so decoding slots advance every micro-batch
-        and nothing drains until the run's end. should_stop is asked
-        before each chunk after the first; True ends the run there (the chunks in flight finish).
-        Which group rides is `read_policy.choose_rider`'s choice (with max_gap_ms: only one that is due)."""
-        t0 = self.clock()
-        live = [gi for gi in range(len(groups)) if self._live(groups[gi])]
-        pending = list(chunks)
-        next_group = 0
-        decode_tokens = 0
-        chunk_ms: list[float] = []
-        submitted_at: dict[int, float] = {}
-        busy: set[int] = set()  # groups with a micro-batch in flight
-        last_token = {gi: 0.0 for gi in live}  # ms since t0 of each group's last token
-        completions: list[float] = []
-        errors: list[MicroBatch] = []
-        first = None
-        seq = 0
-
-        def submit_next() -> None:
-            nonlocal next_group, seq
-            start, end = pending.pop(0)
-            final = end == request.prompt_tokens
-            rows: list[Request] = []
-            gi = None
-            now = (self.clock() - t0) * 1000.0
-            interval = None if max_gap_ms is None else rider_interval_ms(completions, self._read_interval_ms)
-            pick, next_group = choose_rider(
-                next_group,
-                [g not in busy for g in live],
-                [now - last_token[g] for g in live],
-                lambda i: bool(self._live(groups[live[i]])),
-                interval,
-                self.num_stages,
-                max_gap_ms,
-            )
-            if pick is not None:
-                gi = live[pick]
-                rows = self._live(groups[gi])
-                busy.add(gi)
-            part = Part.ragged(
-                [self._chunk_row(request, start, end)] + self._decode_rows(rows), want_logits=final or bool(rows)
-            )
-            submitted_at[seq] = self.clock()
-            self._submit(MicroBatch([part], tag=(seq, gi, rows, final)))
-            seq += 1
-
-        for _ in range(min(self.num_stages, len(pending))):
-            submit_next()
-        while self.pipeline.in_flight:
-            mb = self.pipeline.get()
-            index, gi, rows, final = mb.tag
-            chunk_ms.append((self.clock() - submitted_at.pop(index)) * 1000.0)
-            completions.append((self.clock() - t0) * 1000.0)
-            if mb.error is not None:
-                errors.append(mb)
-                continue
-            if gi is not None:
-                busy.discard(gi)
-                last_token[gi] = completions[-1]
-                decode_tokens += self._deliver(rows, mb.parts[0].logits[1:], on_token)  # row 0 is the chunk
-            if final:
-                first = request.sampler.sample(mb.parts[0].logits[0])
-                on_token(request, first)
-            if pending and should_stop is not None and should_stop():
-                chunks = chunks[: len(chunks) - len(pending)]
-                pending.clear()
-            if pending:
-                submit_next()
-        _raise_first_error(errors)
-        tokens = sum(end - start for start, end in chunks)
-        return MixedResult((self.clock() - t0) * 1000.0, len(chunks), tokens, decode_tokens, tuple(chunk_ms), first)
+        and nothing drains until the run's end (`run_loop.mixed_run`: who rides, when it ends)."""
+        run = _PipelineRun(self, request, on_token, mixed=True)
+        live = [g for g in groups if self._live(g)]
+        ran = mixed_run(
+            run, RunSpec(tuple(chunks), should_stop, None, max_gap_ms), live, self._live, self._read_interval_ms
+        )
+        _raise_first_error(run.results)
+        tokens = sum(end - start for start, end in ran.chunks)
+        return MixedResult(run.now_ms(), len(ran.chunks), tokens, run.decode_tokens, tuple(run.chunk_ms), run.first)
 
     def close(self) -> None:
         self.pipeline.close()
+
+
+class _PipelineRun:
+    """`run_loop.Stages` on the pipeline: a read run's or (mixed) a mixed run's micro-batches, the tokens
+    delivered as each completes; results and errors kept for the executor to raise after the drain."""
+
+    def __init__(self, executor: TorchExecutor, request: Request, on_token: OnToken, mixed: bool = False):
+        self.executor, self.pipeline, self.request, self.on_token, self.mixed = (
+            executor,
+            executor.pipeline,
+            request,
+            on_token,
+            mixed,
+        )
+        self.num_stages = self.fill = executor.num_stages  # a mixed run first asks should_stop after its fill
+        self.t0 = executor.clock()
+        self.results: list[MicroBatch] = []  # a read run's, all; a mixed run's, those that failed
+        self.chunk_ms: list[float] = []
+        self.submitted_at: dict[int, float] = {}
+        self.decode_tokens = 0
+        self.first = None
+        self.seq = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self.pipeline.in_flight
+
+    def ready(self, depth: int) -> bool:
+        return self.pipeline.in_flight + (len(self.results) if self.mixed else 0) < depth
+
+    def now_ms(self, wait: bool = False) -> float:
+        return (self.executor.clock() - self.t0) * 1000.0
+
+    def issue(self, chunk: tuple[int, int], rows: Sequence[Request] = ()) -> None:
+        start, end = chunk
+        if not self.mixed:
+            self.executor._submit(MicroBatch([self.executor._read_part(self.request, start, end)]))
+            return
+        final = end == self.request.prompt_tokens
+        row = self.executor._chunk_row(self.request, start, end)
+        part = Part.ragged([row] + self.executor._decode_rows(list(rows)), want_logits=final or bool(rows))
+        self.submitted_at[self.seq] = self.executor.clock()
+        self.executor._submit(MicroBatch([part], tag=(self.seq, list(rows), final)))
+        self.seq += 1
+
+    def complete(self) -> tuple[float, bool]:
+        mb = self.pipeline.get()
+        if not self.mixed:
+            self.results.append(mb)
+            return self.now_ms(), mb.error is None
+        index, rows, final = mb.tag
+        self.chunk_ms.append((self.executor.clock() - self.submitted_at.pop(index)) * 1000.0)
+        done = self.now_ms()
+        if mb.error is not None:
+            self.results.append(mb)
+            return done, False
+        if rows:
+            self.decode_tokens += self.executor._deliver(rows, mb.parts[0].logits[1:], self.on_token)  # row 0: chunk
+        if final:
+            self.first = self.request.sampler.sample(mb.parts[0].logits[0])
+            self.on_token(self.request, self.first)
+        return done, True
 
 
 def _raise_first_error(results: Sequence[MicroBatch]) -> None:

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from ...scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ...tokens import SampledToken
-from ...scheduler.read_policy import choose_rider, end_run, rider_interval_ms, run_interval_ms
+from ...scheduler.run_loop import RunSpec, mixed_run, read_run
 from ...scheduler.request import Phase, Request
 from .draws import sim_token
 from .prefixes import SimPrefixCopies
@@ -171,42 +171,19 @@ class SimExecutor(SimPrefixCopies):
         should_stop: Callable[[], bool] | None = None,
         budget_ms: float | None = None,
     ) -> RunResult:
-        """One run. At each chunk's issue (stage 0 free) after the first, `read_policy.end_run` decides on
-        the completions modelled so far (what a real executor knows: it sees only finished chunks)
-        whether the run ends there (should_stop, or budget_ms by the run-end estimate): the chunks in
-        flight finish, the rest are not read."""
+        """One run (`run_loop.read_run`): the chunks go in at stage 0's pace; a decision before a chunk sees
+        only the completions modelled by then (what a real executor knows: it sees only finished chunks)."""
         self._check_read(request, chunks)
         self._begin()
-        p = self.profile
-        stage_free = [p.read_run_ms] * self.num_stages
-        done = p.read_run_ms
-        completions: list[float] = []
-        for start, end in chunks:
-            if completions:
-                issue = stage_free[0]
-                if should_stop is not None or budget_ms is not None:
-                    self._wait_until(issue)
-                    measured = [t for t in completions if t <= issue]  # what a real executor knows by now
-                    if end_run(
-                        should_stop,
-                        budget_ms,
-                        measured,
-                        len(completions) - len(measured),
-                        issue,
-                        self._read_interval_ms,
-                        self.num_stages,
-                    ):
-                        break
-            done = self._through(stage_free, stage_free[0], p.read_chunk_stage_ms(end - start, start))
-            completions.append(done)
-        read = len(completions)
-        self._read_interval_ms = run_interval_ms(completions) or self._read_interval_ms
-        chunks = chunks[:read]
+        run = _ModelRun(self, on_token)
+        ran = read_run(run, RunSpec(tuple(chunks), should_stop, budget_ms), self._read_interval_ms)
+        self._read_interval_ms = ran.interval_ms
+        done = run.done_ms
         self._wait_until(done)
-        self._kv[request.slot] = chunks[-1][1]
-        first = self._first_token(request, chunks, on_token)
+        self._kv[request.slot] = ran.chunks[-1][1]
+        first = self._first_token(request, ran.chunks, on_token)
         self._end(done)
-        return RunResult(done, len(chunks), chunks[-1][1] - chunks[0][0], first)
+        return RunResult(done, len(ran.chunks), ran.chunks[-1][1] - ran.chunks[0][0], first)
 
     def _first_token(self, request: Request, chunks, on_token: OnToken) -> SampledToken | None:
         if chunks[-1][1] != request.prompt_tokens:
@@ -279,56 +256,75 @@ class SimExecutor(SimPrefixCopies):
         should_stop: Callable[[], bool] | None = None,
         max_gap_ms: float | None = None,
     ) -> MixedResult:
-        """The mixed read: micro-batch i carries chunk i plus the decode tokens of the group that
-        `read_policy.choose_rider` picks (round robin over groups whose previous token is out; with
-        max_gap_ms only one that is due), so the streams advance while the prompt is read. should_stop
-        as in read."""
+        """The mixed read (`run_loop.mixed_run`): micro-batch i carries chunk i plus the decode tokens of the
+        group whose turn it is, so the streams advance while the prompt is read; should_stop as in read."""
         self._check_read(request, chunks)
         self._begin()
-        p = self.profile
-        live_groups = [[list(g), p.read_run_ms, 0.0] for g in groups if g]  # [requests, token out at, last token at]
-        stage_free = [p.read_run_ms] * self.num_stages
-        inflight: list = []
-        decode_tokens, chunk_ms, done = 0, [], p.read_run_ms
-        read = turn = 0
-        completions: list[float] = []
-        for i, (start, end) in enumerate(chunks):
-            issue = stage_free[0]
-            decode_tokens += self._deliver_until(inflight, issue, on_token)
-            if i and should_stop is not None:
-                self._wait_until(issue)
-                if should_stop():
-                    break
-            read += 1
-            interval = None
-            if max_gap_ms is not None:
-                interval = rider_interval_ms([t for t in completions if t <= issue], self._read_interval_ms)
-            pick, turn = choose_rider(
-                turn,
-                [g[1] <= issue for g in live_groups],
-                [issue - g[2] for g in live_groups],
-                lambda i: any(r.phase is Phase.DECODING for r in live_groups[i][0]),
-                interval,
-                self.num_stages,
-                max_gap_ms,
-            )
-            group = live_groups[pick] if pick is not None else None
-            riders = [] if group is None else [r for r in group[0] if r.phase is Phase.DECODING]
-            for rider in riders:
-                self._check_decode(rider)
-            stage_ms = p.read_chunk_stage_ms(end - start, start) + p.mixed_decode_extra_ms(
-                [r.context_tokens for r in riders]
-            )
-            done = self._through(stage_free, issue, stage_ms)
-            chunk_ms.append(done - issue)
-            completions.append(done)
-            if riders:
-                group[1] = group[2] = done
-                heapq.heappush(inflight, (done, next(self._seq), riders))
-        chunks = chunks[:read]
+        run = _ModelRun(self, on_token, mixed=True)
+        spec = RunSpec(tuple(chunks), should_stop, None, max_gap_ms)
+        ran = mixed_run(run, spec, [list(g) for g in groups if g], _decoding, self._read_interval_ms)
+        done = run.done_ms
         self._wait_until(done)
-        self._kv[request.slot] = chunks[-1][1]
-        first = self._first_token(request, chunks, on_token)
-        decode_tokens += self._deliver_until(inflight, math.inf, on_token)
+        self._kv[request.slot] = ran.chunks[-1][1]
+        first = self._first_token(request, ran.chunks, on_token)
+        decode_tokens = run.decode_tokens + self._deliver_until(run.inflight, math.inf, on_token)
         self._end(done)
-        return MixedResult(done, len(chunks), chunks[-1][1] - chunks[0][0], decode_tokens, tuple(chunk_ms), first)
+        read = ran.chunks[-1][1] - ran.chunks[0][0]
+        return MixedResult(done, len(ran.chunks), read, decode_tokens, tuple(run.chunk_ms), first)
+
+
+def _decoding(group: Sequence[Request]) -> list[Request]:
+    return [r for r in group if r.phase is Phase.DECODING]
+
+
+class _ModelRun:
+    """`run_loop.Stages` on the cost model: a micro-batch goes in when stage 0 is free, its completion is
+    modelled then; a mixed run's decode tokens are delivered, each at its time, before the next goes in."""
+
+    fill = 1  # a mixed run asks should_stop before every chunk after the first
+
+    def __init__(self, sim: SimExecutor, on_token: OnToken, mixed: bool = False):
+        self.sim, self.on_token, self.mixed = sim, on_token, mixed
+        self.num_stages = sim.num_stages
+        self.stage_free = [sim.profile.read_run_ms] * sim.num_stages
+        self.done_ms = sim.profile.read_run_ms  # the last micro-batch's completion
+        self.completions: list[float] = []
+        self.collected = 0
+        self.inflight: list = []  # (done, seq, decode rows) of a mixed run's riders
+        self.chunk_ms: list[float] = []
+        self.decode_tokens = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.completions) - self.collected
+
+    def ready(self, depth: int) -> bool:
+        issue = self.stage_free[0]
+        if self.in_flight and self.completions[self.collected] <= issue:
+            return False  # done by then: collect it first
+        if self.mixed:
+            self.decode_tokens += self.sim._deliver_until(self.inflight, issue, self.on_token)
+        return True
+
+    def now_ms(self, wait: bool = False) -> float:
+        if wait:
+            self.sim._wait_until(self.stage_free[0])
+        return self.stage_free[0]
+
+    def issue(self, chunk: tuple[int, int], rows: Sequence[Request] = ()) -> None:
+        (start, end), p, issue = chunk, self.sim.profile, self.stage_free[0]
+        for row in rows:
+            self.sim._check_decode(row)
+        stage_ms = p.read_chunk_stage_ms(end - start, start)
+        if self.mixed:
+            stage_ms += p.mixed_decode_extra_ms([r.context_tokens for r in rows])
+        self.done_ms = self.sim._through(self.stage_free, issue, stage_ms)
+        self.completions.append(self.done_ms)
+        if self.mixed:
+            self.chunk_ms.append(self.done_ms - issue)
+        if rows:
+            heapq.heappush(self.inflight, (self.done_ms, next(self.sim._seq), list(rows)))
+
+    def complete(self) -> tuple[float, bool]:
+        self.collected += 1
+        return self.completions[self.collected - 1], True
