@@ -151,6 +151,23 @@ def give_way_candidate(
     return None
 
 
+def run_stop(
+    reading: Request,
+    waiting: Callable[[], Sequence[Request]],
+    slots: SlotTable,
+    place: Callable[[Request], Placement | None] | None = None,
+) -> Callable[[], bool]:
+    """An interruptible run's should_stop (the mixed read, the pause target), asked between its chunks: the
+    read was cancelled, or a short request could take over (`give_way_candidate`) without waiting a run."""
+
+    def stop() -> bool:
+        if reading.cancelled:
+            return True
+        return give_way_candidate(reading, waiting(), slots.choose() is not None, place) is not None
+
+    return stop
+
+
 def plan_step(
     *,
     config: SchedulerConfig,

@@ -28,8 +28,8 @@ from .plans import (
     Start,
     StopPlan,
     UnitDone,
-    give_way_candidate,
     plan_step,
+    run_stop,
 )
 from .intake import Intake
 from .batch_read import next_read_chunks
@@ -111,8 +111,11 @@ class Scheduler:
             parked=self._parked,
             previous_was_read=self._previous_was_read,
             last_unit_ms=self._last_unit_ms,
-            place=lambda request: self.prompt_cache.place(request, self.slots),
+            place=self._place,
         )
+
+    def _place(self, request: Request) -> Placement | None:
+        return self.prompt_cache.place(request, self.slots)
 
     def step(self) -> bool:
         """Plan and run one step (at most one executor call). False when there was nothing to do."""
@@ -174,7 +177,11 @@ class Scheduler:
                     )
                 ),
             )
-        stop = {"should_stop": lambda: self._read_interrupt(request)} if self.interruptible else {}
+        stop = (
+            {"should_stop": run_stop(request, self.intake.waiting, self.slots, self._place)}
+            if self.interruptible
+            else {}
+        )
         if plan.budget_ms is not None:
             stop["budget_ms"] = plan.budget_ms
         if plan.max_gap_ms is not None:
@@ -330,20 +337,6 @@ class Scheduler:
             self._finish(request, "cancelled")
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _read_interrupt(self, request: Request) -> bool:
-        """End an interruptible run early (mixed read, pause target): it was cancelled, or a short request could take over."""
-        if request.cancelled:
-            return True
-        return (
-            give_way_candidate(
-                request,
-                self.intake.waiting(),
-                self.slots.choose() is not None,
-                lambda waiting: self.prompt_cache.place(waiting, self.slots),
-            )
-            is not None
-        )
-
     def _interrupt(self, epoch: int) -> bool:
         """Stop an idle decode call: a cancel arrived, or a waiting request could start its read."""
         if self.intake.epoch() != epoch:
