@@ -17,7 +17,7 @@ from ..scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ..model.kv_cache import trim_floor
 from ..runtime.pipeline import MicroBatch, Part, Pipeline
 from ..runtime.prefix_copies import PrefixCopy
-from ..scheduler.run_loop import RunSpec, mixed_run, read_run
+from ..scheduler.run_loop import DecodeSpec, RunSpec, mixed_run, read_run
 from ..scheduler.request import Phase, Request
 
 
@@ -162,15 +162,9 @@ class TorchExecutor:
         t0 = self.clock()
         if budget_ms is None and max_rounds is None:
             max_rounds = 1
+        spec = DecodeSpec(budget_ms, max_rounds, should_stop)
         micro_batches = tokens = 0
         started = {gi: 0 for gi in range(len(groups))}
-
-        def may_continue(gi: int) -> bool:
-            if max_rounds is not None and started[gi] >= max_rounds:
-                return False
-            if budget_ms is not None and (self.clock() - t0) * 1000.0 >= budget_ms:
-                return False
-            return not (should_stop is not None and should_stop())
 
         def feed(gi: int) -> None:
             rows = self._live(groups[gi])
@@ -189,7 +183,7 @@ class TorchExecutor:
                 errors.append(mb)
                 continue
             tokens += self._deliver(rows, mb.parts[0].logits, on_token)
-            if may_continue(gi):
+            if spec.goes_on(started[gi], (self.clock() - t0) * 1000.0):
                 feed(gi)
         _raise_first_error(errors)
         live_groups = max(1, sum(1 for n in started.values() if n))

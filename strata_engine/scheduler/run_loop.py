@@ -60,6 +60,24 @@ class Stages(Protocol):
 
 
 @dataclass(frozen=True)
+class DecodeSpec:
+    """A decode call's limits: rounds, a budget on the executor's clock, should_stop."""
+
+    budget_ms: float | None = None
+    max_rounds: int | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def goes_on(self, rounds: int, elapsed_ms: float) -> bool:
+        """One more round after `rounds`, elapsed_ms into the call? Not past max_rounds, not once the budget
+        has passed, not when should_stop says stop (asked last, only if the limits allow one)."""
+        if self.max_rounds is not None and rounds >= self.max_rounds:
+            return False
+        if self.budget_ms is not None and elapsed_ms >= self.budget_ms:
+            return False
+        return not (self.should_stop is not None and self.should_stop())
+
+
+@dataclass(frozen=True)
 class Ran:
     """What a run read, and the chunk interval the next run starts from (`run_interval_ms`)."""
 

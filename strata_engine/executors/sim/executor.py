@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from ...scheduler.protocol import DecodeResult, MixedResult, OnToken, RunResult
 from ...tokens import SampledToken
-from ...scheduler.run_loop import RunSpec, mixed_run, read_run
+from ...scheduler.run_loop import DecodeSpec, RunSpec, mixed_run, read_run
 from ...scheduler.request import Phase, Request
 from .draws import sim_token
 from .prefixes import SimPrefixCopies
@@ -209,6 +209,7 @@ class SimExecutor(SimPrefixCopies):
             or (max_rounds is not None and max_rounds <= 0)
         ):
             return DecodeResult(0.0, 0, 0)
+        spec = DecodeSpec(budget_ms, max_rounds, should_stop)
         self._begin()
         call_ms = self.profile.decode_call_ms
         stage_free = [call_ms] * self.num_stages
@@ -221,9 +222,7 @@ class SimExecutor(SimPrefixCopies):
             round_start = max(stage_free[0], live_groups[0][1])
             tokens += self._deliver_until(inflight, round_start, on_token)
             self._wait_until(round_start)
-            if rounds > 0 and budget_ms is not None and round_start >= budget_ms:
-                break
-            if should_stop is not None and should_stop():
+            if not spec.goes_on(rounds, round_start if rounds else 0.0):  # a budget > 0 gets one full round
                 break
             issued = False
             for group in live_groups:
