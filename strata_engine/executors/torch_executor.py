@@ -1,9 +1,9 @@
 """The torch executor: runs the scheduler's plans on a `Pipeline` of stages and samples tokens.
 
-A read run streams its chunks into stage 0 back to back and waits for all of them (the drain). A
-decode keeps one micro-batch per group in flight, feeding each group's sampled tokens straight back,
-until the budget, the round limit or `should_stop` says stop; then it drains. Sampling happens here,
-per request, with the request's own `sampler` (runtime/sampler.py, set by the engine).
+A read or mixed run is `scheduler/run_loop.py`'s loop over `_PipelineRun`, the pipeline as its stages:
+chunks stream into stage 0 back to back, the run's end drains. A decode keeps one micro-batch per group
+in flight, feeding each group's sampled tokens straight back, until `DecodeSpec.goes_on` says stop; then
+it drains. Sampling happens here, per request, with the request's own `sampler` (runtime/sampler.py).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ measured times) and returns one frozen plan; it changes nothing. A plan is one s
 executor call (a read run, a mixed run, a decode), so a piecewise read is a lead-in plan, then read
 and boundary plans in turn. The order of the checks is the spec's: a finished read unit's boundary
 (BSTOP, then BYIELD, then the decode budget), stops, the active read, parked reads, admission, decode.
+The same give-way rule, asked between a run's chunks, is an interruptible run's stop predicate (`run_stop`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 It lives beside the scheduler because the scheduler owns it: executors import it (an arrow down), the
 scheduler never imports an executor. The scheduler decides *what* runs (read these chunks of this request, decode these groups for a
 budget); an executor decides *how* (torch pipeline stages in `runtime/pipeline.py`, or the cost model
-in `executors/sim/`), and inside a run follows `scheduler/read_policy.py` (when an interruptible run ends,
-which group rides a mixed micro-batch). Executors report measured milliseconds and deliver each sampled token through
+in `executors/sim/`): its read and mixed runs are `scheduler/run_loop.py`'s loops over its own stages (when
+an interruptible run ends, which group rides), its decode asks `run_loop.DecodeSpec`. Executors report measured milliseconds and deliver each sampled token through
 `on_token` the moment it exists, so streaming clients see true arrival times.
 This module imports no torch.
 """
@@ -73,7 +73,7 @@ class Executor(PrefixCopies, Protocol):
         last chunk ends at the prompt's end, sample the first output token (and call on_token).
         should_stop (mixed read and pause target only; None = never asked) and budget_ms (the pause
         target): before each chunk after the first, `read_policy.end_run` says whether the run ends
-        there, after the chunks in flight; RunResult says what was read."""
+        there, after the chunks in flight (`run_loop.read_run`); RunResult says what was read."""
 
     def decode(
         self,

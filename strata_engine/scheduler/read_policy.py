@@ -2,10 +2,10 @@
 
 Contract: pure functions of the configuration, counts and measured times (no state, no clock, no torch).
 The scheduler asks which kind of read runs (`read_kind`), how much one unit covers (`unit_tokens`) and
-the run's limits (`interruptible`, `read_budget_ms`, `mixed_gap_ms`); every executor asks, inside a run,
-whether to issue one more chunk (`end_run`, `issue_depth`) and which group's decode tokens ride a mixed
-micro-batch (`choose_rider`). So the torch and the simulated executor follow one rule, and run what they
-are told. The spec's own arithmetic (pieces, decode budgets, lead-ins) is in `batch_read`.
+the run's limits (`interruptible`, `read_budget_ms`, `mixed_gap_ms`); the run loop (`run_loop.py`, both
+executors') asks, inside a run, whether to issue one more chunk (`end_run`, `issue_depth`) and which
+group's decode tokens ride a mixed micro-batch (`choose_rider`). The spec's own arithmetic (pieces, decode
+budgets, lead-ins) is in `batch_read`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def read_budget_ms(config: SchedulerConfig, kind: ReadKind, decoding: bool) -> f
     return None
 
 
-# -- inside a run (the executors) -------------------------------------------------------------------
+# -- inside a run (run_loop.py) ---------------------------------------------------------------------
 def run_interval_ms(completions_ms: Sequence[float]) -> float | None:
     """The time between chunk completions of a full pipeline (one bottleneck-stage time): the mean of
     the last (up to 4) measured intervals, so attention's growth with context shows within a few

@@ -3,8 +3,9 @@
 Contract: every call advances modelled time by what a `CostProfile` says the work costs on a
 pipeline of `num_stages` stages, sleeps that time / `time_scale` on the injected clock and sleep
 (a fake clock in tests: zero wall time), and delivers each token through `on_token` at its modelled
-arrival. Tokens depend only on (prompt ids, output index, seed, the request's sampling: draws.py), so a
-request gets the same tokens solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
+arrival; its read and mixed runs are `scheduler/run_loop.py`'s loops over `_ModelRun`. Tokens depend
+only on (prompt ids, output index, seed, the request's sampling: draws.py), so a request gets the same
+tokens solo or interleaved. It also checks the scheduler's use of the protocol (KV positions, slots) and
 raises ValueError on a misuse, so scheduler bugs surface in tests.
 """
 
