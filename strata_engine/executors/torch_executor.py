@@ -118,25 +118,18 @@ class TorchExecutor:
     def _read_part(self, request: Request, start: int, end: int) -> Part:
         return Part.ragged([self._chunk_row(request, start, end)], want_logits=end == request.prompt_tokens)
 
-    def read(
-        self,
-        request: Request,
-        chunks: Sequence[tuple[int, int]],
-        on_token: OnToken,
-        should_stop: Callable[[], bool] | None = None,
-        budget_ms: float | None = None,
-    ) -> RunResult:
-        run = _PipelineRun(self, request, on_token)
-        ran = read_run(run, RunSpec(tuple(chunks), should_stop, budget_ms), self._read_interval_ms)
+    def read(self, request: Request, run: RunSpec, on_token: OnToken) -> RunResult:
+        stages = _PipelineRun(self, request, on_token)
+        ran = read_run(stages, run, self._read_interval_ms)
         self._read_interval_ms = ran.interval_ms
-        _raise_first_error(run.results)
+        _raise_first_error(stages.results)
         first = None
-        last = run.results[-1].parts[0]
+        last = stages.results[-1].parts[0]
         if last.logits is not None:
             first = request.sampler.sample(last.logits[0])
             on_token(request, first)
         tokens = sum(end - start for start, end in ran.chunks)
-        return RunResult(run.now_ms(), len(ran.chunks), tokens, first)
+        return RunResult(stages.now_ms(), len(ran.chunks), tokens, first)
 
     # -- decode --------------------------------------------------------------------------------
     @staticmethod
@@ -190,18 +183,18 @@ class TorchExecutor:
         return DecodeResult((self.clock() - t0) * 1000.0, micro_batches // live_groups, tokens)
 
     # -- mixed read ---------------------------------------------------------------------------
-    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None) -> MixedResult:
+    def mixed(self, request: Request, run: RunSpec, groups, on_token: OnToken) -> MixedResult:
         """Each micro-batch carries one read chunk plus the decode tokens of one group as one ragged
         forward (the decode rows share the chunk's GEMMs), so decoding slots advance every micro-batch
         and nothing drains until the run's end (`run_loop.mixed_run`: who rides, when it ends)."""
-        run = _PipelineRun(self, request, on_token, mixed=True)
+        stages = _PipelineRun(self, request, on_token, mixed=True)
         live = [g for g in groups if self._live(g)]
-        ran = mixed_run(
-            run, RunSpec(tuple(chunks), should_stop, None, max_gap_ms), live, self._live, self._read_interval_ms
-        )
-        _raise_first_error(run.results)
+        ran = mixed_run(stages, run, live, self._live, self._read_interval_ms)
+        _raise_first_error(stages.results)
         tokens = sum(end - start for start, end in ran.chunks)
-        return MixedResult(run.now_ms(), len(ran.chunks), tokens, run.decode_tokens, tuple(run.chunk_ms), run.first)
+        return MixedResult(
+            stages.now_ms(), len(ran.chunks), tokens, stages.decode_tokens, tuple(stages.chunk_ms), stages.first
+        )
 
     def close(self) -> None:
         self.pipeline.close()

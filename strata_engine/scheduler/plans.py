@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from ..config import SchedulerConfig
 from .batch_read import next_read_chunks, piped_decode_budget_ms, piped_read_lead_in
+from .run_loop import RunSpec
 from .read_policy import ReadKind, has_boundaries, mixed_gap_ms, read_budget_ms, read_kind, unit_tokens
 from .prompt_cache import Placement
 from .request import Phase, Request
@@ -91,6 +92,10 @@ class ReadPlan:
     budget_ms: float | None = None  # the pause target: the run stops itself before passing it
     max_gap_ms: float | None = None  # a mixed read under a pause target: decode tokens ride when due
     placement: Placement | None = None  # admission: the slot and the prompt tokens the prompt cache gives
+
+    def run(self, should_stop: Callable[[], bool] | None = None) -> RunSpec:
+        """What the executor's run gets: the chunks, the limits, and (interruptible modes) `run_stop`."""
+        return RunSpec(self.chunks, should_stop, self.budget_ms, self.max_gap_ms)
 
 
 @dataclass(frozen=True)

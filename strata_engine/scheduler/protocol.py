@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from ..tokens import SampledToken
 from .prompt_cache.copies import PrefixCopies
+from .run_loop import RunSpec
 
 if TYPE_CHECKING:
     from .request import Request
@@ -60,18 +61,11 @@ class Executor(PrefixCopies, Protocol):
 
     num_stages: int  # pipeline stages: the scheduler sizes groups and micro-batches by it
 
-    def read(
-        self,
-        request: "Request",
-        chunks: Sequence[tuple[int, int]],
-        on_token: OnToken,
-        should_stop: Callable[[], bool] | None = None,
-        budget_ms: float | None = None,
-    ) -> RunResult:
-        """Read prompt positions [start, end) of each chunk, in order, as ONE pipelined run: the chunks
-        stream through the stages back to back and only the run's end drains the pipeline. When the
+    def read(self, request: "Request", run: RunSpec, on_token: OnToken) -> RunResult:
+        """Read prompt positions [start, end) of each of `run.chunks`, in order, as ONE pipelined run: the
+        chunks stream through the stages back to back and only the run's end drains the pipeline. When the
         last chunk ends at the prompt's end, sample the first output token (and call on_token).
-        should_stop (mixed read and pause target only; None = never asked) and budget_ms (the pause
+        run.should_stop (mixed read and pause target only; None = never asked) and run.budget_ms (the pause
         target): before each chunk after the first, `read_policy.end_run` says whether the run ends
         there, after the chunks in flight (`run_loop.read_run`); RunResult says what was read."""
 
@@ -89,17 +83,11 @@ class Executor(PrefixCopies, Protocol):
         on_token) is left out of later micro-batches."""
 
     def mixed(
-        self,
-        request: "Request",
-        chunks: Sequence[tuple[int, int]],
-        groups: Sequence[Sequence["Request"]],
-        on_token: OnToken,
-        should_stop: Callable[[], bool] | None = None,
-        max_gap_ms: float | None = None,
+        self, request: "Request", run: RunSpec, groups: Sequence[Sequence["Request"]], on_token: OnToken
     ) -> MixedResult:
-        """The mixed read: each chunk in one micro-batch together with the decode tokens of the group
-        `read_policy.choose_rider` picks, pipelined, draining only at the end. should_stop as in read.
-        max_gap_ms (a pause target): a group rides only when it is due (`read_policy.ride_along`)."""
+        """The mixed read (`run_loop.mixed_run`): each chunk in one micro-batch together with the decode
+        tokens of the group `read_policy.choose_rider` picks, pipelined, draining only at the end.
+        run.should_stop as in read; run.max_gap_ms (a pause target): a group rides only when it is due."""
 
     def prepare_slot(self, slot: int, keep_tokens: int = 0) -> None:
         """A new request takes the slot; its first keep_tokens positions stay (the prompt cache), the rest

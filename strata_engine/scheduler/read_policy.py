@@ -11,7 +11,6 @@ budgets, lead-ins) is in `batch_read`.
 from __future__ import annotations
 
 import enum
-import inspect
 from typing import Callable, Sequence
 
 from ..config import SchedulerConfig
@@ -183,19 +182,7 @@ def choose_rider(
 
 
 def check_executor(config: SchedulerConfig, executor: object) -> None:
-    """The mixed read needs `executor.mixed`; the interruptible modes need the keyword arguments they pass
-    (should_stop, budget_ms, max_gap_ms). ValueError naming what is missing; the spec's modes ask nothing."""
-    kind = read_kind(config)
-    if kind is ReadKind.MIX and not callable(getattr(executor, "mixed", None)):
+    """The mixed read needs `executor.mixed`: ValueError naming it. (Every run's limits travel in its
+    `run_loop.RunSpec`, so no mode asks an executor for more arguments.)"""
+    if read_kind(config) is ReadKind.MIX and not callable(getattr(executor, "mixed", None)):
         raise ValueError("STRATA_PIPED_READ_MIX=1 needs an executor with mixed(); this one has none")
-    if not interruptible(config):
-        return
-    method, needs = (
-        ("mixed", ("should_stop", "max_gap_ms")) if kind is ReadKind.MIX else ("read", ("should_stop", "budget_ms"))
-    )
-    missing = [n for n in needs if n not in inspect.signature(getattr(executor, method)).parameters]
-    if missing:
-        raise ValueError(
-            f"the mixed read and the pause target need an executor whose {method}() takes "
-            f"{' and '.join(missing)}; this one does not"
-        )

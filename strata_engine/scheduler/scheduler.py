@@ -177,20 +177,12 @@ class Scheduler:
                     )
                 ),
             )
-        stop = (
-            {"should_stop": run_stop(request, self.intake.waiting, self.slots, self._place)}
-            if self.interruptible
-            else {}
-        )
-        if plan.budget_ms is not None:
-            stop["budget_ms"] = plan.budget_ms
-        if plan.max_gap_ms is not None:
-            stop["max_gap_ms"] = plan.max_gap_ms
+        run = plan.run(run_stop(request, self.intake.waiting, self.slots, self._place) if self.interruptible else None)
         try:
             if plan.kind is ReadKind.MIX:
-                result = self.executor.mixed(request, plan.chunks, plan.groups, self._on_token, **stop)
+                result = self.executor.mixed(request, run, plan.groups, self._on_token)
             else:
-                result = self.executor.read(request, plan.chunks, self._on_token, **stop)
+                result = self.executor.read(request, run, self._on_token)
         except Exception as exc:  # this request's read failed: fail it alone
             self._reading = None
             self._finish(request, "error", exc)

@@ -114,11 +114,11 @@ def test_mixed_read_under_a_pause_target_spaces_the_decode_tokens_up_to_the_targ
     assert every_gap < spaced_gap <= 0.5  # but no stream waits longer than the target
 
 
-def test_the_modes_need_an_executor_that_takes_their_arguments():
+def test_the_mixed_read_needs_an_executor_with_mixed():
     class ReadOnly:
         num_stages = 2
 
-        def read(self, request, chunks, on_token):
+        def read(self, request, run, on_token):
             raise AssertionError("never called")
 
     with pytest.raises(ValueError, match="STRATA_PIPED_READ_MIX=1 needs an executor with mixed"):
@@ -129,34 +129,8 @@ def test_the_modes_need_an_executor_that_takes_their_arguments():
             sink=None,
             events=EventLog(),
         )
-
-    class OldMixer(ReadOnly):
-        def mixed(self, request, chunks, groups, on_token, should_stop=None):
-            raise AssertionError("never called")
-
-    with pytest.raises(ValueError, match=r"mixed\(\) takes max_gap_ms"):
-        Scheduler(
-            SchedulerConfig(batch=4, batch_groups=2, read_mix=1),
-            OldMixer(),
-            clock=lambda: 0.0,
-            sink=None,
-            events=EventLog(),
-        )
-    with pytest.raises(ValueError, match=r"read\(\) takes should_stop and budget_ms"):
-        Scheduler(
-            SchedulerConfig(batch=4, batch_groups=2, pause_target_ms=500.0),
-            ReadOnly(),
-            clock=lambda: 0.0,
-            sink=None,
-            events=EventLog(),
-        )
-    Scheduler(
-        SchedulerConfig(batch=4, batch_groups=2, piped_read_piece=512),
-        ReadOnly(),
-        clock=lambda: 0.0,
-        sink=None,
-        events=EventLog(),
-    )  # the spec's modes never ask
+    for other in (dict(pause_target_ms=500.0), dict(piped_read_piece=512)):  # their limits travel in the RunSpec
+        Scheduler(SchedulerConfig(batch=4, batch_groups=2, **other), ReadOnly(), lambda: 0.0, None, EventLog())
 
 
 # -- the pause target -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from fakes.scheduler import TEST_PROFILE, FakeClock
 from strata_engine.scheduler.request import Phase, Request
+from strata_engine.scheduler.run_loop import RunSpec
 from strata_engine.executors.sim import SimExecutor
 from strata_engine.executors.sim.profile import CostProfile, available_profiles, load_profile
 
@@ -34,7 +35,7 @@ def read_all(sim: SimExecutor, request: Request, slot: int, chunk: int = 512) ->
         tokens.append((r.request_id, t))
 
     chunks = [(s, min(s + chunk, request.prompt_tokens)) for s in range(0, request.prompt_tokens, chunk)]
-    result = sim.read(request, chunks, on_token)
+    result = sim.read(request, RunSpec(tuple(chunks)), on_token)
     request.tokens_read = request.prompt_tokens
     request.phase = Phase.DECODING
     return tokens, result, on_token
@@ -124,14 +125,23 @@ def test_protocol_misuse_is_a_clear_error():
     r = prompt("m", 1000)
     r.slot = 3
     with pytest.raises(ValueError, match="not prepared"):
-        sim.read(r, [(0, 512)], lambda *a: None)
+        sim.read(r, RunSpec(((0, 512),)), lambda *a: None)
     sim.prepare_slot(3)
     with pytest.raises(ValueError, match="starts at 512"):
-        sim.read(r, [(512, 1000)], lambda *a: None)
+        sim.read(r, RunSpec(((512, 1000),)), lambda *a: None)
     with pytest.raises(ValueError, match="contiguous"):
-        sim.read(r, [(0, 256), (300, 512)], lambda *a: None)
+        sim.read(
+            r,
+            RunSpec(
+                (
+                    (0, 256),
+                    (300, 512),
+                )
+            ),
+            lambda *a: None,
+        )
     with pytest.raises(ValueError, match="past the prompt"):
-        sim.read(r, [(0, 1001)], lambda *a: None)
+        sim.read(r, RunSpec(((0, 1001),)), lambda *a: None)
     r.phase = Phase.DECODING
     r.tokens_read = 1000  # the scheduler believes the prompt was read; the slot holds nothing
     r.output_ids.append(1)
@@ -154,7 +164,7 @@ def test_mixed_run_reads_the_prompt_and_advances_the_streams():
     c.slot, c.phase = 2, Phase.READING
     sim.prepare_slot(2)
     chunks = [(s, s + 512) for s in range(0, 4096, 512)]
-    result = sim.mixed(c, chunks, [[a], [b]], on_token)
+    result = sim.mixed(c, RunSpec(tuple(chunks)), [[a], [b]], on_token)
     assert result.chunks == 8 and result.tokens == 4096 and result.first_token is not None
     assert result.decode_tokens >= 4 and a.tokens_generated > 1 and b.tokens_generated > 1
     plain, _ = make()

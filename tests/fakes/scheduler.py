@@ -8,7 +8,7 @@ spec-sized scenario runs in model time: deterministic, in milliseconds of wall t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strata_engine.config import SchedulerConfig
@@ -93,14 +93,12 @@ class RecordingExecutor(NoPrefixCache):
         self.calls.append(("free", slot, None))
         self.inner.free_slot(slot)
 
-    def read(self, request, chunks, on_token, should_stop=None, budget_ms=None):
-        self.calls.append(("read", request.request_id, tuple(chunks)))
-        self.budgets.append(budget_ms)
+    def read(self, request, run, on_token):
+        self.calls.append(("read", request.request_id, tuple(run.chunks)))
+        self.budgets.append(run.budget_ms)
         if request.request_id in self.fail_read:
             raise RuntimeError(f"read failure for {request.request_id}")
-        return self._keep(
-            self.inner.read(request, chunks, on_token, should_stop=self._asking(should_stop), budget_ms=budget_ms)
-        )
+        return self._keep(self.inner.read(request, replace(run, should_stop=self._asking(run.should_stop)), on_token))
 
     def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None):
         self.calls.append(("decode", tuple(len(g) for g in groups), budget_ms))
@@ -108,13 +106,11 @@ class RecordingExecutor(NoPrefixCache):
             self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop)
         )
 
-    def mixed(self, request, chunks, groups, on_token, should_stop=None, max_gap_ms=None):
-        self.calls.append(("mixed", request.request_id, tuple(chunks)))
-        self.gaps.append(max_gap_ms)
+    def mixed(self, request, run, groups, on_token):
+        self.calls.append(("mixed", request.request_id, tuple(run.chunks)))
+        self.gaps.append(run.max_gap_ms)
         return self._keep(
-            self.inner.mixed(
-                request, chunks, groups, on_token, should_stop=self._asking(should_stop), max_gap_ms=max_gap_ms
-            )
+            self.inner.mixed(request, replace(run, should_stop=self._asking(run.should_stop)), groups, on_token)
         )
 
     def _keep(self, result: Any) -> Any:

@@ -164,22 +164,15 @@ class SimExecutor(SimPrefixCopies):
         return delivered
 
     # -- the protocol -------------------------------------------------------------------------------
-    def read(
-        self,
-        request: Request,
-        chunks: Sequence[tuple[int, int]],
-        on_token: OnToken,
-        should_stop: Callable[[], bool] | None = None,
-        budget_ms: float | None = None,
-    ) -> RunResult:
+    def read(self, request: Request, run: RunSpec, on_token: OnToken) -> RunResult:
         """One run (`run_loop.read_run`): the chunks go in at stage 0's pace; a decision before a chunk sees
         only the completions modelled by then (what a real executor knows: it sees only finished chunks)."""
-        self._check_read(request, chunks)
+        self._check_read(request, run.chunks)
         self._begin()
-        run = _ModelRun(self, on_token)
-        ran = read_run(run, RunSpec(tuple(chunks), should_stop, budget_ms), self._read_interval_ms)
+        stages = _ModelRun(self, on_token)
+        ran = read_run(stages, run, self._read_interval_ms)
         self._read_interval_ms = ran.interval_ms
-        done = run.done_ms
+        done = stages.done_ms
         self._wait_until(done)
         self._kv[request.slot] = ran.chunks[-1][1]
         first = self._first_token(request, ran.chunks, on_token)
@@ -247,30 +240,21 @@ class SimExecutor(SimPrefixCopies):
         self._end(end)
         return DecodeResult(end if rounds else 0.0, rounds, tokens)
 
-    def mixed(
-        self,
-        request: Request,
-        chunks: Sequence[tuple[int, int]],
-        groups,
-        on_token: OnToken,
-        should_stop: Callable[[], bool] | None = None,
-        max_gap_ms: float | None = None,
-    ) -> MixedResult:
+    def mixed(self, request: Request, run: RunSpec, groups, on_token: OnToken) -> MixedResult:
         """The mixed read (`run_loop.mixed_run`): micro-batch i carries chunk i plus the decode tokens of the
         group whose turn it is, so the streams advance while the prompt is read; should_stop as in read."""
-        self._check_read(request, chunks)
+        self._check_read(request, run.chunks)
         self._begin()
-        run = _ModelRun(self, on_token, mixed=True)
-        spec = RunSpec(tuple(chunks), should_stop, None, max_gap_ms)
-        ran = mixed_run(run, spec, [list(g) for g in groups if g], _decoding, self._read_interval_ms)
-        done = run.done_ms
+        stages = _ModelRun(self, on_token, mixed=True)
+        ran = mixed_run(stages, run, [list(g) for g in groups if g], _decoding, self._read_interval_ms)
+        done = stages.done_ms
         self._wait_until(done)
         self._kv[request.slot] = ran.chunks[-1][1]
         first = self._first_token(request, ran.chunks, on_token)
-        decode_tokens = run.decode_tokens + self._deliver_until(run.inflight, math.inf, on_token)
+        decode_tokens = stages.decode_tokens + self._deliver_until(stages.inflight, math.inf, on_token)
         self._end(done)
         read = ran.chunks[-1][1] - ran.chunks[0][0]
-        return MixedResult(done, len(ran.chunks), read, decode_tokens, tuple(run.chunk_ms), first)
+        return MixedResult(done, len(ran.chunks), read, decode_tokens, tuple(stages.chunk_ms), first)
 
 
 def _decoding(group: Sequence[Request]) -> list[Request]:
