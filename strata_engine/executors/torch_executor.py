@@ -9,6 +9,7 @@ it drains. Sampling happens here, per request, with the request's own `sampler` 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -151,11 +152,10 @@ class TorchExecutor:
                 delivered += 1
         return delivered
 
-    def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None) -> DecodeResult:
+    def decode(self, groups, on_token: OnToken, limits: DecodeSpec) -> DecodeResult:
         t0 = self.clock()
-        if budget_ms is None and max_rounds is None:
-            max_rounds = 1
-        spec = DecodeSpec(budget_ms, max_rounds, should_stop)
+        if limits.budget_ms is None and limits.max_rounds is None:
+            limits = replace(limits, max_rounds=1)
         micro_batches = tokens = 0
         started = {gi: 0 for gi in range(len(groups))}
 
@@ -176,7 +176,7 @@ class TorchExecutor:
                 errors.append(mb)
                 continue
             tokens += self._deliver(rows, mb.parts[0].logits, on_token)
-            if spec.goes_on(started[gi], (self.clock() - t0) * 1000.0):
+            if limits.goes_on(started[gi], (self.clock() - t0) * 1000.0):
                 feed(gi)
         _raise_first_error(errors)
         live_groups = max(1, sum(1 for n in started.values() if n))

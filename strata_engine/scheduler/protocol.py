@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from ..tokens import SampledToken
 from .prompt_cache.copies import PrefixCopies
-from .run_loop import RunSpec
+from .run_loop import DecodeSpec, RunSpec
 
 if TYPE_CHECKING:
     from .request import Request
@@ -69,18 +69,11 @@ class Executor(PrefixCopies, Protocol):
         target): before each chunk after the first, `read_policy.end_run` says whether the run ends
         there, after the chunks in flight (`run_loop.read_run`); RunResult says what was read."""
 
-    def decode(
-        self,
-        groups: Sequence[Sequence["Request"]],
-        on_token: OnToken,
-        budget_ms: float | None = None,
-        max_rounds: int | None = None,
-        should_stop: Callable[[], bool] | None = None,
-    ) -> DecodeResult:
-        """Decode the groups as micro-batches through the pipeline: keep it full until budget_ms of
-        the executor's clock has passed, max_rounds rounds are done, or should_stop() is true at a
-        micro-batch boundary; then drain. A request whose phase is no longer DECODING (it finished in
-        on_token) is left out of later micro-batches."""
+    def decode(self, groups: Sequence[Sequence["Request"]], on_token: OnToken, limits: DecodeSpec) -> DecodeResult:
+        """Decode the groups as micro-batches through the pipeline: keep it full while `limits.goes_on`
+        (max_rounds rounds, budget_ms of the executor's clock, should_stop at a micro-batch boundary);
+        then drain. A request whose phase is no longer DECODING (it finished in on_token) is left out of
+        later micro-batches."""
 
     def mixed(
         self, request: "Request", run: RunSpec, groups: Sequence[Sequence["Request"]], on_token: OnToken

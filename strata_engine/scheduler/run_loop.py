@@ -4,7 +4,9 @@ Contract: `read_run` and `mixed_run` own a run's decisions (whether to issue one
 `issue_depth`, should_stop; which group rides a mixed micro-batch: `choose_rider`) and drive `Stages`,
 which only issues, reports what it can see (in flight, now) and hands back completions in order: the
 torch executor on its pipeline, the simulator on its cost model and clock. `RunSpec` is what a run needs
-beyond its request: the chunks, the stop predicate and the pause target's limits. No torch, no clock.
+beyond its request (the chunks, the stop predicate, the pause target's limits), `DecodeSpec` a decode call's
+limits; the executor protocol passes both as they are. `DecodeSpec.goes_on` is when a decode stops, the one
+rule both executors' decode loops ask (the loops stay two: the simulator decides per round). No torch.
 """
 
 from __future__ import annotations

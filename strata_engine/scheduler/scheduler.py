@@ -34,6 +34,7 @@ from .plans import (
 from .intake import Intake
 from .batch_read import next_read_chunks
 from .prompt_cache import Placement, PromptCache
+from .run_loop import DecodeSpec
 from .read_policy import ReadKind, check_executor, interruptible, read_kind, unit_tokens
 from .request import Phase, Request
 from .slots import SlotTable
@@ -295,9 +296,7 @@ class Scheduler:
         if not groups:
             return DecodeResult(0.0, 0, 0)
         try:
-            result = self.executor.decode(
-                groups, self._on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop
-            )
+            result = self.executor.decode(groups, self._on_token, DecodeSpec(budget_ms, max_rounds, should_stop))
         except Exception as exc:
             # An executor that knows which request failed says so with `exc.request`; otherwise every
             # request of the call is in an unknown state and fails.

@@ -10,7 +10,7 @@ import pytest
 
 from fakes.scheduler import TEST_PROFILE, FakeClock
 from strata_engine.scheduler.request import Phase, Request
-from strata_engine.scheduler.run_loop import RunSpec
+from strata_engine.scheduler.run_loop import DecodeSpec, RunSpec
 from strata_engine.executors.sim import SimExecutor
 from strata_engine.executors.sim.profile import CostProfile, available_profiles, load_profile
 
@@ -64,7 +64,7 @@ def test_decode_rounds_pipeline_groups_and_respect_the_budget():
     _, _, on_token = read_all(sim, a, 0)
     read_all(sim, b, 1)
     start = clock.now
-    result = sim.decode([[a], [b]], on_token, budget_ms=100.0)
+    result = sim.decode([[a], [b]], on_token, DecodeSpec(budget_ms=100.0))
     stage = TEST_PROFILE.decode_stage_ms([64])
     # two groups on two stages keep the pipeline full: a round every 2 stage times
     assert result.rounds == math.ceil(100.0 / (2 * stage))
@@ -78,26 +78,26 @@ def test_decode_stops_on_max_rounds_and_should_stop_and_skips_finished():
     a, b = prompt("a", 64), prompt("b", 64)
     _, _, on_token = read_all(sim, a, 0)
     read_all(sim, b, 1)
-    assert sim.decode([[a, b]], on_token, max_rounds=3).rounds == 3
+    assert sim.decode([[a, b]], on_token, DecodeSpec(max_rounds=3)).rounds == 3
     calls = []
-    assert sim.decode([[a, b]], on_token, should_stop=lambda: calls.append(1) or len(calls) > 2).rounds == 2
+    assert sim.decode([[a, b]], on_token, DecodeSpec(should_stop=lambda: calls.append(1) or len(calls) > 2)).rounds == 2
     b.phase = Phase.FINISHED
     before = b.tokens_generated
-    result = sim.decode([[a, b]], on_token, max_rounds=2)
+    result = sim.decode([[a, b]], on_token, DecodeSpec(max_rounds=2))
     assert result.tokens == 2 and b.tokens_generated == before
-    assert sim.decode([[a]], on_token, budget_ms=0.0).rounds == 0  # no budget, no decode
+    assert sim.decode([[a]], on_token, DecodeSpec(budget_ms=0.0)).rounds == 0  # no budget, no decode
 
 
 def test_tokens_are_the_same_solo_or_interleaved():
     sim1, _ = make()
     solo = prompt("x", 300)
     _, _, on_token = read_all(sim1, solo, 0, chunk=64)
-    sim1.decode([[solo]], on_token, max_rounds=20)
+    sim1.decode([[solo]], on_token, DecodeSpec(max_rounds=20))
     sim2, _ = make()
     x, y = prompt("x", 300), prompt("y", 700)
     read_all(sim2, y, 1)
     _, _, on_token2 = read_all(sim2, x, 0, chunk=100)
-    sim2.decode([[x], [y]], on_token2, max_rounds=20)
+    sim2.decode([[x], [y]], on_token2, DecodeSpec(max_rounds=20))
     assert x.output_ids == solo.output_ids and len(solo.output_ids) == 21
     assert x.output_ids != y.output_ids[:21]
     assert len(set(solo.output_ids)) > 10  # not a constant
@@ -146,7 +146,7 @@ def test_protocol_misuse_is_a_clear_error():
     r.tokens_read = 1000  # the scheduler believes the prompt was read; the slot holds nothing
     r.output_ids.append(1)
     with pytest.raises(ValueError, match="holds 0 tokens"):
-        sim.decode([[r]], lambda *a: None, max_rounds=1)
+        sim.decode([[r]], lambda *a: None, DecodeSpec(max_rounds=1))
 
 
 def test_time_scale_divides_the_sleep_not_the_reported_time():

@@ -100,11 +100,9 @@ class RecordingExecutor(NoPrefixCache):
             raise RuntimeError(f"read failure for {request.request_id}")
         return self._keep(self.inner.read(request, replace(run, should_stop=self._asking(run.should_stop)), on_token))
 
-    def decode(self, groups, on_token, budget_ms=None, max_rounds=None, should_stop=None):
-        self.calls.append(("decode", tuple(len(g) for g in groups), budget_ms))
-        return self._keep(
-            self.inner.decode(groups, on_token, budget_ms=budget_ms, max_rounds=max_rounds, should_stop=should_stop)
-        )
+    def decode(self, groups, on_token, limits):
+        self.calls.append(("decode", tuple(len(g) for g in groups), limits.budget_ms))
+        return self._keep(self.inner.decode(groups, on_token, limits))
 
     def mixed(self, request, run, groups, on_token):
         self.calls.append(("mixed", request.request_id, tuple(run.chunks)))

@@ -186,16 +186,10 @@ class SimExecutor(SimPrefixCopies):
         on_token(request, token)
         return token
 
-    def decode(
-        self,
-        groups,
-        on_token: OnToken,
-        budget_ms: float | None = None,
-        max_rounds: int | None = None,
-        should_stop: Callable[[], bool] | None = None,
-    ) -> DecodeResult:
-        """Rounds of one micro-batch per group, pipelined; the budget and should_stop are checked at each
-        round's start (a budget > 0 always gets one full round), then the pipeline drains."""
+    def decode(self, groups, on_token: OnToken, limits: DecodeSpec) -> DecodeResult:
+        """Rounds of one micro-batch per group, pipelined; `limits.goes_on` is asked at each round's start
+        (a budget > 0 always gets one full round; no limit at all: until should_stop), then it drains."""
+        budget_ms, max_rounds = limits.budget_ms, limits.max_rounds
         live_groups = [[list(g), 0.0] for g in groups if g]  # [requests, when its last token is out]
         if (
             not live_groups
@@ -203,7 +197,6 @@ class SimExecutor(SimPrefixCopies):
             or (max_rounds is not None and max_rounds <= 0)
         ):
             return DecodeResult(0.0, 0, 0)
-        spec = DecodeSpec(budget_ms, max_rounds, should_stop)
         self._begin()
         call_ms = self.profile.decode_call_ms
         stage_free = [call_ms] * self.num_stages
@@ -216,7 +209,7 @@ class SimExecutor(SimPrefixCopies):
             round_start = max(stage_free[0], live_groups[0][1])
             tokens += self._deliver_until(inflight, round_start, on_token)
             self._wait_until(round_start)
-            if not spec.goes_on(rounds, round_start if rounds else 0.0):  # a budget > 0 gets one full round
+            if not limits.goes_on(rounds, round_start if rounds else 0.0):  # a budget > 0 gets one full round
                 break
             issued = False
             for group in live_groups:
