@@ -205,21 +205,14 @@ class _PipelineRun:
     delivered as each completes; results and errors kept for the executor to raise after the drain."""
 
     def __init__(self, executor: TorchExecutor, request: Request, on_token: OnToken, mixed: bool = False):
-        self.executor, self.pipeline, self.request, self.on_token, self.mixed = (
-            executor,
-            executor.pipeline,
-            request,
-            on_token,
-            mixed,
-        )
+        self.executor, self.pipeline, self.request, self.on_token = executor, executor.pipeline, request, on_token
+        self.mixed = mixed
         self.num_stages = self.fill = executor.num_stages  # a mixed run first asks should_stop after its fill
         self.t0 = executor.clock()
         self.results: list[MicroBatch] = []  # a read run's, all; a mixed run's, those that failed
         self.chunk_ms: list[float] = []
-        self.submitted_at: dict[int, float] = {}
         self.decode_tokens = 0
         self.first = None
-        self.seq = 0
 
     @property
     def in_flight(self) -> int:
@@ -239,17 +232,16 @@ class _PipelineRun:
         final = end == self.request.prompt_tokens
         row = self.executor._chunk_row(self.request, start, end)
         part = Part.ragged([row] + self.executor._decode_rows(list(rows)), want_logits=final or bool(rows))
-        self.submitted_at[self.seq] = self.executor.clock()
-        self.executor._submit(MicroBatch([part], tag=(self.seq, list(rows), final)))
-        self.seq += 1
+        submitted = self.executor.clock()
+        self.executor._submit(MicroBatch([part], tag=(submitted, list(rows), final)))
 
     def complete(self) -> tuple[float, bool]:
         mb = self.pipeline.get()
         if not self.mixed:
             self.results.append(mb)
             return self.now_ms(), mb.error is None
-        index, rows, final = mb.tag
-        self.chunk_ms.append((self.executor.clock() - self.submitted_at.pop(index)) * 1000.0)
+        submitted, rows, final = mb.tag
+        self.chunk_ms.append((self.executor.clock() - submitted) * 1000.0)
         done = self.now_ms()
         if mb.error is not None:
             self.results.append(mb)
