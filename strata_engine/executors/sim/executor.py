@@ -244,7 +244,7 @@ class SimExecutor(SimPrefixCopies):
         self._wait_until(done)
         self._kv[request.slot] = ran.chunks[-1][1]
         first = self._first_token(request, ran.chunks, on_token)
-        decode_tokens = stages.decode_tokens + self._deliver_until(stages.inflight, math.inf, on_token)
+        decode_tokens = stages.decode_tokens + self._deliver_until(stages.riders, math.inf, on_token)
         self._end(done)
         read = ran.chunks[-1][1] - ran.chunks[0][0]
         return MixedResult(done, len(ran.chunks), read, decode_tokens, tuple(stages.chunk_ms), first)
@@ -267,7 +267,7 @@ class _ModelRun:
         self.done_ms = sim.profile.read_run_ms  # the last micro-batch's completion
         self.completions: list[float] = []
         self.collected = 0
-        self.inflight: list = []  # (done, seq, decode rows) of a mixed run's riders
+        self.riders: list = []  # heap of (done, seq, decode rows): a mixed run's tokens to deliver
         self.chunk_ms: list[float] = []
         self.decode_tokens = 0
 
@@ -276,11 +276,12 @@ class _ModelRun:
         return len(self.completions) - self.collected
 
     def ready(self, depth: int) -> bool:
+        """Stage 0's pace, not `depth`, bounds what is in flight here (as the simulator always modelled it)."""
         issue = self.stage_free[0]
         if self.in_flight and self.completions[self.collected] <= issue:
             return False  # done by then: collect it first
         if self.mixed:
-            self.decode_tokens += self.sim._deliver_until(self.inflight, issue, self.on_token)
+            self.decode_tokens += self.sim._deliver_until(self.riders, issue, self.on_token)
         return True
 
     def now_ms(self, wait: bool = False) -> float:
@@ -300,7 +301,7 @@ class _ModelRun:
         if self.mixed:
             self.chunk_ms.append(self.done_ms - issue)
         if rows:
-            heapq.heappush(self.inflight, (self.done_ms, next(self.sim._seq), list(rows)))
+            heapq.heappush(self.riders, (self.done_ms, next(self.sim._seq), list(rows)))
 
     def complete(self) -> tuple[float, bool]:
         self.collected += 1
