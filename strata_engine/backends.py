@@ -1,4 +1,5 @@
-"""Build what an Engine runs on: the torch pipeline over real weights, or the simulated executor.
+"""Build what an Engine runs on: the torch pipeline over real weights, or the simulated executor, from the
+config resolved once at start (resolved.py): its flags, STRATA_* variables and model config are read there.
 
 Both return a `Backend` with the same fields, so the engine and the scheduler above it cannot tell
 them apart except through `info()`.
@@ -10,9 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .config import EngineConfig, SchedulerConfig
-from .runtime_config import RuntimeConfig
-from .context_length import SIM_DEFAULT_CTX, ContextChoice, choose_ctx, kv_bytes_per_token, memory_bytes
+from .resolved import Resolved
 
 
 @dataclass(frozen=True)
@@ -30,91 +29,33 @@ class Backend:
     )  # per native op: the path that serves and why (runtime/native/choice.py)
 
 
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _dtype(name: str | None, device: str):
-    import torch
-
-    if name is None:
-        return torch.float32 if device.startswith("cpu") else torch.bfloat16
-    table = {
-        "fp32": torch.float32,
-        "float32": torch.float32,
-        "bf16": torch.bfloat16,
-        "bfloat16": torch.bfloat16,
-        "fp16": torch.float16,
-        "float16": torch.float16,
-    }
-    if name not in table:
-        raise ValueError(f"dtype must be one of {sorted(table)}, got {name!r}")
-    return table[name]
-
-
-def resolve_ctx(config: EngineConfig) -> ContextChoice:
-    """The slot context: --ctx checked against the model, or derived from the model and the memory."""
-    if config.executor == "sim":
-        return ContextChoice(config.ctx or SIM_DEFAULT_CTX, "--ctx" if config.ctx else "the simulator's default")
-    import torch
-
-    from .model.weights import read_config, resolve_model_path
-
-    from .model.kv_cache import positions_at_rest, positions_held
-
-    model_config = read_config(resolve_model_path(config.model))
-    device = config.device or _default_device()
-    per_token = kv_bytes_per_token(
-        model_config.num_layers,
-        model_config.num_kv_heads,
-        model_config.head_dim,
-        torch.tensor([], dtype=_dtype(config.dtype, device)).element_size(),
-        config.kv_dtype,
-    )
-    lazy = all(d.startswith("cpu") for d in (config.devices or (device,)))  # the CPU cache commits as it writes
-    choice = choose_ctx(
-        config.ctx,
-        model_config.max_position_embeddings,
-        config.batch,
-        per_token,
-        memory_bytes(device),
-        config.allow_ctx_beyond_model,
-        held=positions_held(model_config.sliding_window, config.prefill_chunk) if lazy else None,
-    )
-    return replace(choice, at_rest=positions_at_rest(model_config.sliding_window) if lazy else None)
-
-
-def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
+def build_torch(resolved: Resolved) -> Backend:
     import torch
 
     from .model.tokenizer import load_tokenizer
-    from .model.weights import load_model, read_config, resolve_model_path
+    from .model.weights import load_model
     from .runtime.native.choice import choose as choose_kernels
-    from .runtime.pipeline import Pipeline, plan_stages, split_layers
+    from .runtime.pipeline import Pipeline, split_layers
     from .executors.torch_executor import TorchExecutor
 
-    device = config.device or _default_device()
-    dtype = _dtype(config.dtype, device)
+    config, sched, runtime, stages, dtype = (
+        resolved.config,
+        resolved.scheduler,
+        resolved.runtime,
+        resolved.stages,
+        resolved.dtype,
+    )
+    model_config, workers = resolved.model_config, resolved.stage_workers
     torch.manual_seed(config.seed)
-    model_config = read_config(resolve_model_path(config.model))
-    stages = plan_stages(model_config.num_layers, config.split, config.devices, device)
-    runtime = config.runtime_config()
-    if runtime.threads is None and all(s.device.startswith("cpu") for s in stages):
-        # One core stays with the front end (HTTP, scheduler, sampler, detokenizer share this process's GIL):
-        # on 2 cores, 2 OpenMP threads beside it spin against it (docs/measurements/decode-step.md).
-        runtime = replace(runtime, threads=max(1, ((os.cpu_count() or 1) - 1) // len(stages)))
-    workers = config.stage_workers_for([s.device for s in stages])
     if runtime.compile and workers != "dist" and all(s.device.startswith("cpu") for s in stages):
         from .runtime.compiled_step import probe_vec_isa
 
         probe_vec_isa()  # while the model and the native ops load
     kernels = {"all": {"path": "per stage rank", "why": "each rank chooses at its start (its stderr says which)"}}
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
-        pipeline = _dist_pipeline(config, sched, runtime, stages, dtype, model_config)
+        pipeline = _dist_pipeline(resolved)
     else:
-        model, model_config = load_model(config.model, device="cpu", dtype=torch.float32)
+        model, model_config = load_model(resolved.model_path, device="cpu", dtype=torch.float32)
         model.eval()
         kernels = choose_kernels(model, sched.batch, runtime.threads, decode=runtime.compile, kv_dtype=config.kv_dtype)
         split_layers(model, stages, dtype)
@@ -123,17 +64,11 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     # templates round a row by its place in the micro-batch: either way no invariance claim.
     if runtime.compile and (sched.read_mix or runtime.gemms == "template"):
         pipeline.batch_invariant = pipeline.layout_invariant = False
-    tokenizer = load_tokenizer(resolve_model_path(config.model), model_config)
-    per_token = kv_bytes_per_token(
-        model_config.num_layers,
-        model_config.num_kv_heads,
-        model_config.head_dim,
-        torch.tensor([], dtype=dtype).element_size(),
-        config.kv_dtype,
-    )
     return Backend(
-        executor=TorchExecutor(pipeline, kv_bytes_per_token=per_token, kv_window=model_config.sliding_window),
-        tokenizer=tokenizer,
+        executor=TorchExecutor(
+            pipeline, kv_bytes_per_token=resolved.kv_bytes_per_token, kv_window=model_config.sliding_window
+        ),
+        tokenizer=load_tokenizer(resolved.model_path, model_config),
         model_name=os.path.basename(str(config.model).rstrip("/")) or str(config.model),
         device=",".join(sorted({s.device for s in stages})),
         dtype=str(dtype).replace("torch.", ""),
@@ -144,24 +79,33 @@ def build_torch(config: EngineConfig, sched: SchedulerConfig) -> Backend:
     )
 
 
-def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, runtime: RuntimeConfig, stages, dtype, model_config):
+def _dist_pipeline(resolved: Resolved):
     from .runtime.invariance import default_row_tile
     from .runtime.stage_ranks.pipeline import DistPipeline
     from .runtime.stage_ranks.ranks import JoinedRanks, LocalRanks
 
+    config, sched, runtime, stages, model_config = (
+        resolved.config,
+        resolved.scheduler,
+        resolved.runtime,
+        resolved.stages,
+        resolved.model_config,
+    )
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
     # runtime in their StageSpec, its row tile STRATA_ROW_TILE where it is set, else the probed one.
     # (STRATA_DECODE_ALL_THREADS asks for what ranks always do: they decode at their own thread count.)
     if runtime.row_tile is None:
-        runtime = replace(runtime, row_tile=default_row_tile(model_config, stages[0].device, dtype, runtime.threads))
+        runtime = replace(
+            runtime, row_tile=default_row_tile(model_config, stages[0].device, resolved.dtype, runtime.threads)
+        )
     return DistPipeline(
         ranks,
         stages,
         config.model,
         sched.batch,
         sched.ctx,
-        dtype,
+        resolved.dtype,
         model_config.hidden_size,
         model_config.vocab_size,
         runtime,
@@ -171,12 +115,13 @@ def _dist_pipeline(config: EngineConfig, sched: SchedulerConfig, runtime: Runtim
     )
 
 
-def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], float]) -> Backend:
+def build_sim(resolved: Resolved, clock: Callable[[], float]) -> Backend:
     import time
 
     from .model.tokenizer import ByteTokenizer
     from .executors.sim import SimExecutor, load_profile
 
+    config = resolved.config
     profile = load_profile(config.sim_profile or "pr2050-2x5090")
     tokenizer = ByteTokenizer()
     executor = SimExecutor(
@@ -187,6 +132,6 @@ def build_sim(config: EngineConfig, sched: SchedulerConfig, clock: Callable[[], 
         vocab_size=tokenizer.vocab_size,
         eos_token_id=None,
         seed=config.seed,
-        num_stages=sched.num_stages if (config.split or config.devices) else None,
+        num_stages=resolved.scheduler.num_stages if (config.split or config.devices) else None,
     )
     return Backend(executor, tokenizer, f"sim:{profile.name}", "sim", "none", tokenizer.vocab_size, None)

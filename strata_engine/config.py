@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import knobs
 from .kernel_switches import KERNEL_ENVS, kernel_mode
-from .runtime_config import RuntimeConfig
+from .runtime_config import RUNTIME_KNOBS, RuntimeConfig
 
 # Variable name -> the SchedulerConfig field it sets (knobs.KNOBS has the rest: parser, default, help)
 ENV_VARS: dict[str, str] = {
@@ -84,7 +84,11 @@ class SchedulerConfig:
     def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
         """The STRATA_* variables over this config: an unset one keeps this config's value, which is the
         variable's default unless a layout set it (layout.py); a bad one (or MAX below MIN) raises naming it."""
-        return replace(self, **{fld: knobs.read(name, env, getattr(self, fld)) for name, fld in ENV_VARS.items()})
+        return self.with_knobs(knobs.read_set(ENV_VARS, env))
+
+    def with_knobs(self, found: Mapping[str, Any]) -> "SchedulerConfig":
+        """`with_env` over knobs already read (knobs.read_set): an absent one keeps this config's value."""
+        return replace(self, **{fld: found[name] for name, fld in ENV_VARS.items() if name in found})
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,8 @@ class EngineConfig:
                 object.__setattr__(self, "batch_groups", int(self.batch_groups))
             except ValueError:
                 raise ValueError(f"batch_groups must be an integer or 'auto', got {self.batch_groups!r}") from None
-        self.scheduler_config()  # a bad STRATA_* scheduler variable too
-        self.runtime_config()  # and a bad runtime one (STRATA_ROW_TILE, ..., STRATA_COMPILED_GEMMS), or --threads
+        self.scheduler_config(knobs.read_set(ENV_VARS, self.env))  # a bad STRATA_* scheduler variable too
+        self.runtime_config(knobs.read_set(RUNTIME_KNOBS, self.env))  # and a bad runtime one, or --threads
 
     @property
     def num_stages(self) -> int:
@@ -179,7 +183,13 @@ class EngineConfig:
             return len(self.devices)
         return 2 if self.split is not None else 1
 
-    def stage_workers_for(self, stage_devices: Sequence[str] = ("cpu",)) -> str:
+    def knobs_read(self) -> dict[str, Any]:
+        """The STRATA_* variables this config resolves over (the scheduler's, the runtime's, what auto stage workers
+        means), read from its env at once (knobs.read_set): `scheduler_config`, `runtime_config` and
+        `stage_workers_for` take them."""
+        return knobs.read_set(engine_knobs(self), self.env)
+
+    def stage_workers_for(self, stage_devices: Sequence[str] = ("cpu",), found: Mapping[str, Any] | None = None) -> str:
         """What runs each pipeline stage: a thread of this process or a torch.distributed rank of its own.
 
         auto, by the rule measured with benchmarks/bench_pipeline.py (docs/DISTRIBUTED.md, "Which workers
@@ -190,7 +200,7 @@ class EngineConfig:
         talk over gloo through host memory (docs/DISTRIBUTED.md), and there is no NCCL path."""
         if self.stage_workers != "auto":
             return self.stage_workers
-        chosen = knobs.read(STAGE_WORKERS_ENV, self.env)
+        chosen = (self.knobs_read() if found is None else found).get(STAGE_WORKERS_ENV)
         if chosen:  # what auto means here (the test suite keeps its many small engines on threads)
             return chosen
         overlap = self.num_stages >= 2 and self.resolved_batch_groups() >= 2
@@ -201,12 +211,15 @@ class EngineConfig:
         groups = self.num_stages if self.batch_groups == "auto" else int(self.batch_groups)
         return max(1, min(groups, self.batch))
 
-    def runtime_config(self) -> RuntimeConfig:
+    def runtime_config(self, found: Mapping[str, Any] | None = None) -> RuntimeConfig:
         """The torch runtime's knobs: --threads and --compile as given, STRATA_ROW_TILE, STRATA_DECODE_ALL_THREADS and
-        STRATA_COMPILED_GEMMS where set, else the layout's GEMMs (fastest: inductor's C++ template; else MKL's)."""
-        return RuntimeConfig.from_env(self.env, threads=self.threads, compile=self.compile, layout=self.layout)
+        STRATA_COMPILED_GEMMS where set (`found`: knobs_read), else the layout's GEMMs (fastest: inductor's C++
+        template; else MKL's)."""
+        found = self.knobs_read() if found is None else found
+        return RuntimeConfig.from_knobs(found, threads=self.threads, compile=self.compile, layout=self.layout)
 
-    def scheduler_config(self) -> SchedulerConfig:
+    def scheduler_config(self, found: Mapping[str, Any] | None = None) -> SchedulerConfig:
+        """The scheduler's knobs: the flags, the layout's, and the STRATA_* variables where set (`found`: knobs_read)."""
         base = SchedulerConfig(
             batch=self.batch,
             batch_groups=self.resolved_batch_groups(),
@@ -217,7 +230,14 @@ class EngineConfig:
         )
         if self.layout == "fastest":  # the layout's knobs; the STRATA_* variables still override them
             base = replace(base, read_mix=1, decode_merge=1)
-        return base.with_env(self.env)
+        return base.with_knobs(self.knobs_read() if found is None else found)
+
+
+def engine_knobs(config: EngineConfig) -> tuple[str, ...]:
+    """The STRATA_* variables `config` resolves over, in the order they are read: the scheduler's, the runtime's,
+    and STRATA_STAGE_WORKERS where a torch engine's --stage-workers is auto (nowhere else is it read)."""
+    auto = config.executor == "torch" and config.stage_workers == "auto"
+    return (*ENV_VARS, *RUNTIME_KNOBS, *((STAGE_WORKERS_ENV,) if auto else ()))
 
 
 def host_memory_available() -> int:

@@ -9,7 +9,6 @@ and postprocesses text (stop strings); the scheduler knows neither, the executor
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import sys
@@ -74,22 +73,20 @@ def config_for(
 
 class Engine:
     def __init__(self, config: EngineConfig):
-        from .backends import resolve_ctx
+        from .resolved import resolve
 
-        self.ctx_choice = resolve_ctx(config)
-        config = dataclasses.replace(config, ctx=self.ctx_choice.ctx)
-        self.config = config
-        self.scheduler_config = config.scheduler_config()
+        resolved = resolve(config)  # the flags, the STRATA_* variables, the model's config and the memory: once
+        self.config, self.ctx_choice, self.scheduler_config = resolved.config, resolved.ctx_choice, resolved.scheduler
         self.events = EventLog(echo=_stderr_echo if config.log_events else _log_echo)
         self.clock = time.monotonic
         if config.executor == "sim":
             from .backends import build_sim
 
-            backend = build_sim(config, self.scheduler_config, self.clock)
+            backend = build_sim(resolved, self.clock)
         else:
             from .backends import build_torch
 
-            backend = build_torch(config, self.scheduler_config)
+            backend = build_torch(resolved)
         self.executor = backend.executor
         self.tokenizer = backend.tokenizer
         self.model_name = backend.model_name
@@ -108,7 +105,7 @@ class Engine:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seeds = itertools.count(config.seed * 1_000_003 + 1)
+        self._seeds = itertools.count(self.config.seed * 1_000_003 + 1)
         hand_back()  # what start-up freed goes back to the OS before the first request
 
     @classmethod

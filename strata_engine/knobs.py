@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 _MISSING: Any = object()
 
@@ -227,6 +227,12 @@ def read(name: str, env: Mapping[str, str] | None = None, default: Any = _MISSIN
         return knob.parse(value.strip())
     except ValueError as why:
         raise ValueError(f"{name}={value!r} {why} ({knob.accepts})") from None
+
+
+def read_set(names: Iterable[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The knobs of `names` that are set (non-empty) in `env` (None = os.environ), read at once in that order:
+    name -> its value. An unset one is absent, so its reader keeps its own default (the table's or a layout's)."""
+    return {name: read(name, env) for name in names if is_set(name, env)}
 
 
 def is_set(name: str, env: Mapping[str, str] | None = None) -> bool:

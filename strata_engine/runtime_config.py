@@ -8,7 +8,7 @@ pipelines, the stage ranks' StageSpec). The scheduler never sees it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from . import knobs
 
@@ -18,6 +18,7 @@ ROW_TILE_ENV, DECODE_ALL_THREADS_ENV, GEMMS_ENV = (
     "STRATA_DECODE_ALL_THREADS",
     "STRATA_COMPILED_GEMMS",
 )
+RUNTIME_KNOBS = (GEMMS_ENV, ROW_TILE_ENV, DECODE_ALL_THREADS_ENV)  # the order they are read (and raise) in
 
 
 def _whole(value: object, minimum: int) -> bool:
@@ -61,10 +62,17 @@ class RuntimeConfig:
     ) -> RuntimeConfig:
         """The STRATA_* variables in `env` (None = the process environment) over the layout's defaults (fastest:
         the template GEMMs; else aten); unset or empty keeps the default, a bad value raises naming the variable."""
+        return cls.from_knobs(knobs.read_set(RUNTIME_KNOBS, env), threads=threads, compile=compile, layout=layout)
+
+    @classmethod
+    def from_knobs(
+        cls, found: Mapping[str, Any], *, threads: int | None = None, compile: bool = False, layout: str = "plain"
+    ) -> RuntimeConfig:
+        """`from_env` over knobs already read (knobs.read_set): an absent one keeps the default."""
         return cls(
             threads=threads,
             compile=compile,
-            gemms=knobs.read(GEMMS_ENV, env, "template" if layout == "fastest" else "aten"),
-            row_tile=knobs.read(ROW_TILE_ENV, env),
-            decode_all_threads=knobs.read(DECODE_ALL_THREADS_ENV, env),
+            gemms=found.get(GEMMS_ENV, "template" if layout == "fastest" else "aten"),
+            row_tile=found.get(ROW_TILE_ENV, knobs.KNOBS[ROW_TILE_ENV].default),
+            decode_all_threads=found.get(DECODE_ALL_THREADS_ENV, knobs.KNOBS[DECODE_ALL_THREADS_ENV].default),
         )

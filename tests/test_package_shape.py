@@ -143,7 +143,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "scheduler": (1, ("scheduler",)),
     "runtime": (2, ("runtime",)),
     "executors": (3, ("executors",)),
-    "core": (4, ("engine", "engine_info", "backends", "layout", "machine_profile", "tuning", "outputs")),
+    "core": (4, ("engine", "engine_info", "backends", "resolved", "layout", "machine_profile", "tuning", "outputs")),
     "server": (5, ("server",)),
     "entry": (6, ("cli", "__main__", "")),  # "" = the package's own __init__
 }
