@@ -93,8 +93,9 @@ def _dist_pipeline(resolved: Resolved):
     )
     ranks = JoinedRanks(len(stages)) if config.stage_ranks == "join" else LocalRanks(len(stages))
     # The largest micro-batch: a mixed one carries a read chunk plus every slot's decode token. The ranks get the
-    # runtime in their StageSpec, its row tile STRATA_ROW_TILE where it is set, else the probed one.
-    # (STRATA_DECODE_ALL_THREADS asks for what ranks always do: they decode at their own thread count.)
+    # runtime in their StageSpec, its row tile STRATA_ROW_TILE where it is set, else the one probed here (the head
+    # loads no model, so its MKL mode is not pinned: mkl_mode.py). (STRATA_DECODE_ALL_THREADS asks for what ranks
+    # always do: they decode at their own thread count.)
     if runtime.row_tile is None:
         runtime = replace(
             runtime, row_tile=default_row_tile(model_config, stages[0].device, resolved.dtype, runtime.threads)

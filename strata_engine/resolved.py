@@ -24,7 +24,7 @@ class Resolved:
     config: EngineConfig  # as given, its ctx resolved
     ctx_choice: ContextChoice
     scheduler: SchedulerConfig
-    runtime: RuntimeConfig  # its threads resolved where every stage is on the CPU
+    runtime: RuntimeConfig  # torch: its threads resolved where every stage is on the CPU
     stage_workers: str = "none"  # torch: "thread" or "dist"; sim: "none"
     stages: tuple = ()  # torch: the stage plans (runtime/pipeline.StagePlan)
     device: str = "sim"  # torch: the default device (--device, else cuda where present, else cpu)

@@ -239,10 +239,10 @@ class Pipeline:
             runtime = replace(runtime, row_tile=default_row_tile(model.config, stages[0].device, dtype, threads))
         self.runtime = runtime  # as built: the row tile resolved
         self.row_tile, self.threads = runtime.row_tile, threads
-        apply_row_tile(model, self.row_tile)
         devices = {plan.device for plan in stages}
         # what /v1/engine claims: every stage pads, and the GEMM probe passes at the stages' thread count
         self.batch_invariant = all(invariance_holds(model.config, d, dtype, self.row_tile, threads) for d in devices)
+        apply_row_tile(model, self.row_tile)
         # and across layouts: no stage's bits move with its thread count (runtime/thread_probe.py); the compiled
         # step's kernels differ from the eager forward's in the last bits, so a compiled engine does not claim it
         self.layout_invariant = (

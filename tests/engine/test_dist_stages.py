@@ -17,6 +17,7 @@ from strata_engine.runtime.stage_ranks.pipeline import DistPipeline, StageRankEr
 from strata_engine.runtime.stage_ranks.ranks import LocalRanks
 from strata_engine.runtime.stage_ranks.stage import StageSpec
 from strata_engine.runtime.stage_ranks.wire import Kind, StageError, WirePart, decode, encode
+from strata_engine.runtime.invariance import default_row_tile
 from strata_engine.runtime.native.choice import choose as choose_kernels
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages, split_layers
 from strata_engine.runtime_config import RuntimeConfig
@@ -77,6 +78,8 @@ def test_frames_round_trip_every_field_and_dtype():
 @pytest.fixture(scope="module")
 def pipelines():
     """The same two stages as ranks and as threads, one thread each (so the same kernels run)."""
+    model, config = load_model(MODEL, dtype=torch.float32)
+    tile = default_row_tile(config, "cpu", torch.float32, 1)  # what the thread pipeline probes
     ranks = DistPipeline(
         LocalRanks(2),
         STAGES,
@@ -86,10 +89,9 @@ def pipelines():
         dtype=torch.float32,
         hidden_size=256,
         vocab_size=258,
-        runtime=RuntimeConfig(threads=1),
+        runtime=RuntimeConfig(threads=1, row_tile=tile),
         timeout_s=60,
     )
-    model, _ = load_model(MODEL, dtype=torch.float32)
     choose_kernels(model, 4, 1, decode=False)  # as each rank does: the same path serves each op
     split_layers(model, STAGES, torch.float32)
     threads = Pipeline(model, STAGES, num_slots=4, ctx=64, dtype=torch.float32, runtime=RuntimeConfig(threads=1))
@@ -174,7 +176,7 @@ def test_a_stage_rank_that_cannot_load_the_model_says_why_and_leaves_no_process(
             dtype=torch.float32,
             hidden_size=256,
             vocab_size=258,
-            runtime=RuntimeConfig(threads=1),
+            runtime=RuntimeConfig(threads=1, row_tile=1),
         )
     assert len(ranks.started) == 2 and all(proc.poll() is not None for proc in ranks.started)
 

@@ -19,13 +19,13 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from ...runtime_config import RuntimeConfig
 from ..compiled_step import compile_info
-from ..invariance import default_row_tile, padded_rows
+from ..invariance import padded_rows
 from ..pipeline import MicroBatch, StagePlan
 from .ranks import gloo_reason as _reason
 from .stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
@@ -68,22 +68,15 @@ class DistPipeline:
         startup_timeout_s: float = 300.0,
         kv_dtype: str | None = None,
     ):
-        """runtime: the torch runtime's knobs (runtime_config.py), handed to every stage rank in its StageSpec."""
+        """runtime: the torch runtime's knobs (runtime_config.py), its row tile resolved (STRATA_ROW_TILE or the
+        probed one: backends._dist_pipeline), handed to every stage rank in its StageSpec."""
         self.stages = list(stages)
         self.ranks = ranks
         self.timeout_s, self.startup_timeout_s = timeout_s, startup_timeout_s
         self.max_tokens = max_tokens or ctx + num_slots  # token positions in one micro-batch, all parts
-        if runtime.row_tile is None:  # as the thread pipeline: the model's tile on CPU in float32
-            from ...model.weights import read_config, resolve_model_path
-
-            try:
-                tile = default_row_tile(
-                    read_config(resolve_model_path(model)), self.stages[0].device, dtype, runtime.threads
-                )
-            except (OSError, ValueError):  # the stage ranks load the model and say what is wrong with it
-                tile = 1
-            runtime = replace(runtime, row_tile=tile)
-        self.runtime = runtime  # as the ranks get it: the row tile resolved
+        if runtime.row_tile is None:  # the head pads to it too, so it cannot wait for the ranks' probes
+            raise ValueError("DistPipeline needs runtime.row_tile resolved (invariance.default_row_tile where unset)")
+        self.runtime = runtime  # as the ranks get it
         self.row_tile = row_tile = runtime.row_tile
         itemsize = torch.empty(0, dtype=dtype).element_size()
         padded = self.max_tokens + 2 * row_tile  # each part's hidden states are padded to the row tile
