@@ -26,7 +26,7 @@ class Resolved:
     scheduler: SchedulerConfig
     runtime: RuntimeConfig  # torch: its threads resolved where every stage is on the CPU
     stage_workers: str = "none"  # torch: "thread" or "dist"; sim: "none"
-    stages: tuple = ()  # torch: the stage plans (runtime/pipeline.StagePlan)
+    stages: tuple = ()  # torch: the stage plans (runtime/stage_plan.StagePlan)
     device: str = "sim"  # torch: the default device (--device, else cuda where present, else cpu)
     dtype: Any = None  # torch: the weights' torch dtype
     model_path: Path | None = None  # torch: the model's folder
@@ -79,7 +79,7 @@ def resolve(config: EngineConfig) -> Resolved:
 
         from .model.kv_cache import positions_at_rest, positions_held
         from .model.weights import read_config, resolve_model_path
-        from .runtime.pipeline import plan_stages
+        from .runtime.stage_plan import plan_stages
 
         model_path = resolve_model_path(config.model)
         model_config = read_config(model_path)

@@ -325,7 +325,7 @@ def compiled_stage(
     num_slots: int,
     runtime: RuntimeConfig,
 ) -> CompiledDecode:
-    """One pipeline stage's (runtime/pipeline.StagePlan) compiled step, warmed up, at the runtime's row tile
+    """One pipeline stage's (runtime/stage_plan.StagePlan) compiled step, warmed up, at the runtime's row tile
     (resolved by then), threads and GEMMs."""
     tile, threads, gemms = runtime.row_tile, runtime.threads, runtime.gemms
     return CompiledDecode(model, plan.layers, cache, is_first, is_last, tile, num_slots, threads, plan.device, gemms)

@@ -1,7 +1,7 @@
 """The layer split and the pipeline stages, applied to a built model from outside the model file.
 
-`plan_stages` turns `--split L` / `--devices a,b` into stage plans; `split_layers` moves each stage's
-layers (and embed / final norm + head) to its device. A `Pipeline` runs one worker thread per stage:
+`split_layers` moves each stage's layers (and embed / final norm + head) to the device of its plan
+(stage_plan.py). A `Pipeline` runs one worker thread per stage:
 micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 can work on one
 micro-batch while stage 1 works on the previous one. Only the last stage produces logits. A part is
 ragged (`Part.ragged`: prompt chunks and decode rows in one forward); each stage runs it through
@@ -30,37 +30,7 @@ from ..model.kv_cache import KVCache, trim_rows
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
-
-
-@dataclass(frozen=True)
-class StagePlan:
-    index: int
-    device: str
-    layer_start: int
-    layer_end: int  # exclusive
-
-    @property
-    def layers(self) -> range:
-        return range(self.layer_start, self.layer_end)
-
-
-def plan_stages(num_layers: int, split: int | None, devices: Sequence[str], default_device: str) -> list[StagePlan]:
-    """--split L: layers [0, L) on stage 0, the rest on stage 1. --devices a,b,..: an even split."""
-    if split is not None:
-        if not 1 <= split < num_layers:
-            raise ValueError(f"--split {split} must leave layers on both stages: 1 <= split < {num_layers} layers")
-        devs = list(devices) if devices else [default_device, default_device]
-        return [StagePlan(0, devs[0], 0, split), StagePlan(1, devs[1], split, num_layers)]
-    devs = list(devices) if devices else [default_device]
-    if len(devs) > num_layers:
-        raise ValueError(f"{len(devs)} devices for {num_layers} layers: each stage needs at least one layer")
-    base, extra = divmod(num_layers, len(devs))
-    plans, start = [], 0
-    for i, dev in enumerate(devs):
-        size = base + (1 if i < extra else 0)
-        plans.append(StagePlan(i, dev, start, start + size))
-        start += size
-    return plans
+from .stage_plan import StagePlan
 
 
 def split_layers(model: torch.nn.Module, stages: Sequence[StagePlan], dtype: torch.dtype) -> None:

@@ -18,7 +18,8 @@ from strata_engine.model import load_model
 from strata_engine.runtime.compiled_step import CompiledDecode, buckets
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
-from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, plan_stages
+from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline
+from strata_engine.runtime.stage_plan import plan_stages
 from strata_engine.runtime.stage_forward import stage_forward
 from strata_engine.runtime_config import RuntimeConfig
 

@@ -26,7 +26,8 @@ import torch
 from ...runtime_config import RuntimeConfig
 from ..compiled_step import compile_info
 from ..invariance import padded_rows
-from ..pipeline import MicroBatch, StagePlan
+from ..pipeline import MicroBatch
+from ..stage_plan import StagePlan
 from .ranks import gloo_reason as _reason
 from .stage import CONTROL, DATA, SPEC_BYTES, StageSpec, _Sender, make_group
 from .wire import Kind, WirePart, decode, encode

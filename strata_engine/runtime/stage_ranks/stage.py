@@ -26,7 +26,8 @@ from ...heap import hand_back
 from ...runtime_config import RuntimeConfig
 from ..compiled_step import compiled_stage
 from ..invariance import apply_row_tile, invariance_holds
-from ..pipeline import Part, StagePlan
+from ..pipeline import Part
+from ..stage_plan import StagePlan
 from ..prefix_copies import HostPrefixes, PrefixCopy
 from ..stage_forward import stage_forward
 from ..thread_probe import stage_threads_agree
