@@ -1,94 +1,29 @@
-"""Engine and scheduler configuration: frozen dataclasses, validated in __post_init__.
+"""The engine's configuration: `EngineConfig`, every `serve` flag, a frozen dataclass validated in __post_init__.
 
-Three groups: `SchedulerConfig` (the pure-Python scheduler's), `RuntimeConfig` (the torch runtime's,
-runtime_config.py) and `EngineConfig` (every `serve` flag), which resolves the other two.
-The STRATA_* variables are listed and parsed in knobs.py; the scheduler's are applied here (`SchedulerConfig.with_env`).
-Unset or empty keeps the default, a bad value raises naming the variable; zero piece size means the one-run read ("release").
+It resolves the other two groups, `SchedulerConfig` (the pure-Python scheduler's, scheduler_config.py) and
+`RuntimeConfig` (the torch runtime's, runtime_config.py), over the layout's defaults and the STRATA_* variables
+(listed and parsed in knobs.py, read once: `knobs_read`). Unset or empty keeps the default, a bad value raises
+naming the variable. An engine resolves it once, on its machine, in resolved.py.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from . import knobs
 from .kernel_switches import KERNEL_ENVS, kernel_mode
 from .runtime_config import RUNTIME_KNOBS, RuntimeConfig
-
-# Variable name -> the SchedulerConfig field it sets (knobs.KNOBS has the rest: parser, default, help)
-ENV_VARS: dict[str, str] = {
-    name: knob.sets.split(".", 1)[1] for name, knob in knobs.KNOBS.items() if knob.sets.startswith("SchedulerConfig.")
-}
+from .scheduler_config import ENV_VARS, SchedulerConfig
 
 STAGE_WORKERS = ("auto", "thread", "dist")
 # The host store's default cap: 1 GiB holds 64 agents' 4,000-token contexts of the embedded model (4 KiB of
 # KV a token) or ~10,000 tokens of a 30B-class MoE in bf16, and is a small share of any machine that runs a model.
 DEFAULT_PROMPT_CACHE_MIB = 1024
-PROMPT_CACHE_MIN_TOKENS = 32  # a shorter match does not pay for pushing a slot's prefix out
 STAGE_WORKERS_ENV = "STRATA_STAGE_WORKERS"  # sets what --stage-workers auto picks
 STAGE_RANKS = ("launch", "join")
 KV_DTYPES = ("f32", "bf16", "q8", "k8v4")  # model/kv_format.NAMES (no torch here)
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Knobs of the pure-Python scheduler (no torch; the torch runtime's are RuntimeConfig's)."""
-
-    batch: int = 4
-    batch_groups: int = 1  # resolved (auto already replaced by the stage count)
-    num_stages: int = 1
-    prefill_chunk: int = 512
-    ctx: int = 4096
-    piped_read_piece: int = 0
-    decode_share: float = 0.5
-    decode_min_ms: float = 20.0
-    decode_max_ms: float = 400.0
-    read_mix: int = 0
-    pause_target_ms: float = 0.0
-    decode_merge: int = 0
-    prompt_cache_mib: int = 0  # 0 = no slot reuse and no host store (the engine's default is on: EngineConfig)
-    prompt_cache_min_tokens: int = PROMPT_CACHE_MIN_TOKENS
-
-    def __post_init__(self) -> None:
-        if self.prompt_cache_mib < 0 or self.prompt_cache_min_tokens < 1:
-            raise ValueError(
-                f"prompt_cache_mib must be >= 0 and prompt_cache_min_tokens >= 1, got "
-                f"{self.prompt_cache_mib} and {self.prompt_cache_min_tokens}"
-            )
-        if self.batch < 1:
-            raise ValueError(f"batch must be >= 1, got {self.batch}")
-        if not 1 <= self.batch_groups <= self.batch:
-            raise ValueError(f"batch_groups must be in [1, batch={self.batch}], got {self.batch_groups}")
-        if self.num_stages < 1:
-            raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
-        if self.prefill_chunk < 1:
-            raise ValueError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
-        if self.ctx < 2:
-            raise ValueError(f"ctx must be >= 2, got {self.ctx}")
-        if self.decode_max_ms < self.decode_min_ms:
-            raise ValueError(
-                f"STRATA_PIPED_DECODE_MAX_MS ({self.decode_max_ms}) is below STRATA_PIPED_DECODE_MIN_MS ({self.decode_min_ms})"
-            )
-
-    @property
-    def pipelined(self) -> bool:
-        return self.batch_groups > 1
-
-    def group_slots(self) -> list[list[int]]:
-        """Slots split into batch_groups contiguous groups: --batch 4 --batch-groups 2 -> [[0,1],[2,3]]."""
-        base, extra = divmod(self.batch, self.batch_groups)
-        sizes = [base + (1 if g < extra else 0) for g in range(self.batch_groups)]
-        return [list(range(sum(sizes[:g]), sum(sizes[: g + 1]))) for g in range(self.batch_groups)]
-
-    def with_env(self, env: Mapping[str, str] | None = None) -> "SchedulerConfig":
-        """The STRATA_* variables over this config: an unset one keeps this config's value, which is the
-        variable's default unless a layout set it (layout.py); a bad one (or MAX below MIN) raises naming it."""
-        return self.with_knobs(knobs.read_set(ENV_VARS, env))
-
-    def with_knobs(self, found: Mapping[str, Any]) -> "SchedulerConfig":
-        """`with_env` over knobs already read (knobs.read_set): an absent one keeps this config's value."""
-        return replace(self, **{fld: found[name] for name, fld in ENV_VARS.items() if name in found})
 
 
 @dataclass(frozen=True)
@@ -219,18 +154,19 @@ class EngineConfig:
         return RuntimeConfig.from_knobs(found, threads=self.threads, compile=self.compile, layout=self.layout)
 
     def scheduler_config(self, found: Mapping[str, Any] | None = None) -> SchedulerConfig:
-        """The scheduler's knobs: the flags, the layout's, and the STRATA_* variables where set (`found`: knobs_read)."""
-        base = SchedulerConfig(
+        """The scheduler's knobs: the flags, the layout's (fastest: the mixed read and the decode merge), and the
+        STRATA_* variables where set (`found`: knobs_read), which override the layout's."""
+        found = self.knobs_read() if found is None else found
+        laid_out = {"read_mix": 1, "decode_merge": 1} if self.layout == "fastest" else {}
+        return SchedulerConfig(
             batch=self.batch,
             batch_groups=self.resolved_batch_groups(),
             num_stages=self.num_stages,
             prefill_chunk=self.prefill_chunk,
             ctx=self.ctx if self.ctx is not None else SchedulerConfig.ctx,
             prompt_cache_mib=self.prompt_cache_mib,
+            **{**laid_out, **{fld: found[name] for name, fld in ENV_VARS.items() if name in found}},
         )
-        if self.layout == "fastest":  # the layout's knobs; the STRATA_* variables still override them
-            base = replace(base, read_mix=1, decode_merge=1)
-        return base.with_knobs(self.knobs_read() if found is None else found)
 
 
 def engine_knobs(config: EngineConfig) -> tuple[str, ...]:

@@ -130,6 +130,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
             "params",
             "knobs",
             "config",
+            "scheduler_config",
             "runtime_config",
             "kernel_switches",
             "events",
