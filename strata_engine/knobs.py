@@ -1,7 +1,8 @@
 """Every STRATA_* environment variable the engine reads: one table (`KNOBS`), one reader (`read`), one rule.
 
 Unset or empty (after stripping) means the knob's default; any other value the knob does not accept raises
-ValueError naming the variable, the value and what it accepts. `environ(env)` is the environment readers see.
+ValueError naming the variable, the value and what it accepts. `environ(env)` is the environment readers see;
+`read_set` reads several at once (an engine's, at its start: resolved.py).
 Not knobs, so not here: runtime/stage_ranks/ranks.py hands the environment to stage ranks, mkl_mode asks MKL for
 its reproducible mode (through MKL's call, not the environment), and kernel_switches reads XDG_CACHE_HOME and sets TORCHINDUCTOR_CACHE_DIR (torch's own).
 """

@@ -79,3 +79,14 @@ def test_engine_derives_its_context_from_the_embedded_model():
         engine.shutdown()
     with pytest.raises(ValueError, match=ALLOW_FLAG):
         Engine.from_pretrained(batch=1, ctx=engine.ctx + 1)
+
+
+def test_the_resolved_config_carries_the_chosen_context_everywhere():
+    from strata_engine.config import EngineConfig
+    from strata_engine.resolved import resolve
+
+    resolved = resolve(EngineConfig(batch=2, env={}))
+    assert resolved.config.ctx == resolved.scheduler.ctx == resolved.ctx_choice.ctx
+    assert resolved.model_path is not None and resolved.kv_bytes_per_token > 0 and resolved.runtime.threads >= 1
+    sim = resolve(EngineConfig(executor="sim", ctx=512, env={}))
+    assert (sim.config.ctx, sim.scheduler.ctx, sim.ctx_choice.why, sim.stage_workers) == (512, 512, "--ctx", "none")

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 import strata_engine
 from strata_engine import cli, knobs
-from strata_engine.config import EngineConfig
+from strata_engine.config import EngineConfig, SchedulerConfig
+from strata_engine.runtime_config import RuntimeConfig
 from strata_engine.knobs import KNOBS, read
 
 SOURCE = Path(strata_engine.__file__).parent
@@ -129,3 +130,25 @@ def test_importing_the_package_changes_no_environment():
     script = "import os; before = dict(os.environ); import strata_engine, strata_engine.config; print(dict(os.environ) == before)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def test_read_set_reads_the_named_knobs_at_once_and_leaves_the_unset_ones_out():
+    env = {"STRATA_ROW_TILE": "8", "STRATA_PIPED_READ_MIX": " ", "STRATA_COMPILED_GEMMS": "aten"}
+    names = ("STRATA_COMPILED_GEMMS", "STRATA_ROW_TILE", "STRATA_PIPED_READ_MIX")
+    assert knobs.read_set(names, env) == {"STRATA_COMPILED_GEMMS": "aten", "STRATA_ROW_TILE": 8}
+    with pytest.raises(ValueError, match="STRATA_ROW_TILE='0'"):
+        knobs.read_set(names, {"STRATA_ROW_TILE": "0"})
+
+
+def test_an_engines_knobs_resolve_as_each_config_reads_them_alone():
+    env = {"STRATA_ROW_TILE": "8", "STRATA_PIPED_DECODE_MERGE": "0", "STRATA_STAGE_WORKERS": "thread"}
+    config = EngineConfig(batch=4, split=2, batch_groups="auto", layout="fastest", env=env)
+    found = config.knobs_read()
+    assert (
+        config.scheduler_config(found)
+        == config.scheduler_config()
+        == SchedulerConfig(batch=4, batch_groups=2, num_stages=2, read_mix=1, decode_merge=0, prompt_cache_mib=1024)
+    )
+    assert config.runtime_config(found) == config.runtime_config() == RuntimeConfig(gemms="template", row_tile=8)
+    assert config.stage_workers_for(["cpu", "cpu"], found) == "thread"
+    assert "STRATA_STAGE_WORKERS" not in EngineConfig(executor="sim", env=env).knobs_read()  # read where auto means it
