@@ -198,19 +198,31 @@ def _off_argmax(*answers) -> tuple[bool | None, str]:
     return off > 0, f"{off} of {seen} sampled positions drew a token other than the top-1 (top logprobs)"
 
 
+BESIDE_SHARE = 4  # A and B must each get a token for every 4 of S's while S streams, or S was not shown beside them
+
+
+def beside_need(s) -> int:
+    """Tokens A and B must each receive between S's first token and its end: a quarter of S's (at least 1).
+    Decoded in the same steps, each gets about as many as S; one token each is what a burst can look like (a
+    starved front end writes S's answer at once and the client's threads interleave while it is parsed)."""
+    return max(1, len(s.times) // BESIDE_SHARE)
+
+
 def decoded_beside(s, a, b) -> bool:
-    """While A and B still stream: both got tokens between S's first token and its end, and neither ended before
-    S did (the check sends S again where this is False, up to SAMPLED_ATTEMPTS)."""
+    """While A and B still stream: both got `beside_need(s)` tokens between S's first token and its end, and
+    neither ended before S did (the check sends S again where this is False, up to SAMPLED_ATTEMPTS)."""
     if s.first_token_at is None or s.ended_at is None:
         return False
     return all(
-        x.tokens_between(s.first_token_at, s.ended_at) and (x.ended_at is None or x.ended_at >= s.ended_at)
+        x.tokens_between(s.first_token_at, s.ended_at) >= beside_need(s)
+        and (x.ended_at is None or x.ended_at >= s.ended_at)
         for x in (a, b)
     )
 
 
 def _beside_a_and_b(run: Any, s) -> tuple[bool, str]:
-    """S was sampled beside A and B: both open across S's whole request, and both got tokens during it."""
+    """S was sampled beside A and B: both open across S's whole request, and both got `beside_need(s)` tokens
+    during it."""
     a, b = run.interleaved.get("A"), run.interleaved.get("B")
     if s is None or a is None or b is None or s.first_token_at is None or s.ended_at is None:
         return False, "S, A or B is missing"
@@ -228,6 +240,6 @@ def _beside_a_and_b(run: Any, s) -> tuple[bool, str]:
         return False, how + "; " + " and ".join(
             n for n, ok in open_through.items() if not ok
         ) + " not decoding across S"
-    if not (got["A"] and got["B"]):
-        return False, how
+    if not (got["A"] >= beside_need(s) and got["B"] >= beside_need(s)):
+        return False, how + f"; fewer than {beside_need(s)} each (a quarter of S's {len(s.times)}): S came in a burst"
     return True, how

@@ -122,6 +122,34 @@ def test_seeded_sampling_not_beside_a_and_b_is_not_exercised_and_a_difference_fa
     assert steps["E stream == non-stream"].status == FAIL and "text differs" in steps["E stream == non-stream"].reason
 
 
+def sampled_at(run, times):
+    """S's interleaved answer at `times` (its solo answers the same ids; token 0 drew off the argmax)."""
+    ids, tops = [20 + i for i in range(len(times))], [{"x": -0.1}] + [None] * (len(times) - 1)
+    run.sampled = {
+        "interleaved": answer("S", times[0] - 0.1, times, ids),
+        "solo": answer("S", 0.0, [0.1] * len(ids), ids),
+        "solo again": answer("S", 0.0, [0.1] * len(ids), ids),
+    }
+    for sampled in run.sampled.values():
+        sampled.ended_at, sampled.top_logprobs = sampled.times[-1], list(tops)
+    run.whole["S"] = answer("S", 0.0, [0.1] * len(ids), ids)
+
+
+def test_seeded_sampling_in_a_burst_is_not_beside_a_and_b():
+    """S's answer written at once (a starved front end): one token each to A and B while the client parses it
+    is not S decoded beside them; a quarter of S's tokens each is."""
+    run = make_run()
+    sampled_at(run, [5.0 + i * 0.001 for i in range(32)])  # 32 tokens within 32 ms
+    for name in ("A", "B"):
+        run.interleaved[name] = answer(name, 0.0, [0.1 * i for i in range(1, 50)] + [5.01, 5.1, 5.2], cancelled=True)
+    step = by_name(judge(run))["S seeded: interleaved == solo"]
+    assert step.status == NOT_EXERCISED and "burst" in " ".join(step.evidence), step
+    sampled_at(run, [5.0 + i * 0.1 for i in range(32)])  # a decode step each, A and B beside them
+    for name in ("A", "B"):
+        run.interleaved[name] = answer(name, 0.0, [0.1 * i for i in range(1, 90)], cancelled=True)
+    assert by_name(judge(run))["S seeded: interleaved == solo"].status == PASS
+
+
 def test_no_yield_is_not_exercised():
     d = by_name(judge(make_run(yielded=False)))["D gives way to E"]
     assert d.status == NOT_EXERCISED and "without giving way" in d.reason
