@@ -147,32 +147,25 @@ class Stage(threading.Thread):
         return True
 
     def _run_part(self, part: Part) -> None:
-        if self.decode_threads and self.threads and part.rows.real == len(part.rows.rows):
-            torch.set_num_threads(self.decode_threads)  # ~50 us a switch; bits equal (the thread probe said so)
-            try:
-                return stage_forward(
-                    self.model,
-                    self.plan.layers,
-                    self.cache,
-                    part,
-                    self.is_first,
-                    self.is_last,
-                    self.row_tile,
-                    self.plan.device,
-                )
-            finally:
+        # a decode-only part (a token a row) runs at decode_threads, eager; ~50 us a switch, bits equal (thread probe)
+        switch = bool(self.decode_threads and self.threads and part.rows.real == len(part.rows.rows))
+        if switch:
+            torch.set_num_threads(self.decode_threads)
+        try:
+            stage_forward(
+                self.model,
+                self.plan.layers,
+                self.cache,
+                part,
+                self.is_first,
+                self.is_last,
+                self.row_tile,
+                self.plan.device,
+                None if switch else self.compiled,
+            )
+        finally:
+            if switch:
                 torch.set_num_threads(self.threads)
-        stage_forward(
-            self.model,
-            self.plan.layers,
-            self.cache,
-            part,
-            self.is_first,
-            self.is_last,
-            self.row_tile,
-            self.plan.device,
-            self.compiled,
-        )
 
 
 class _AllLayers:
