@@ -109,6 +109,11 @@ class EngineProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None  # start(): seconds from the last try's spawn until healthy
 
+    @classmethod
+    def for_arm(cls, arm, log_stem: Path, start_timeout: float) -> "EngineProcess":
+        """The engine of a bench arm (`NAME=COMMAND`), named for it, its logs at `log_stem`."""
+        return cls(arm.command, name=f"arm {arm.name!r}", log_stem=log_stem, start_timeout=start_timeout)
+
     def _use_port(self, port: int) -> None:
         self.port = port
         self.url = f"http://{self.host}:{self.port}"

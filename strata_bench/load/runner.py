@@ -123,12 +123,7 @@ def run_once(key: RunKey, arm: Arm, shape: LoadShape, config: LoadConfig, out: R
             record.update(url=arm.url, command=None)
             url = arm.url
         else:
-            engine = EngineProcess(
-                arm.command,
-                name=f"arm {arm.name!r}",
-                log_stem=out.logs_dir / key.id,
-                start_timeout=config.health_timeout_s,
-            )
+            engine = EngineProcess.for_arm(arm, out.logs_dir / key.id, config.health_timeout_s)
             record.update(url=engine.url, command=engine.launched)
             engine.start()  # on a port another process took first, again on a new one
             record.update(url=engine.url, command=engine.launched, health_s=round(engine.ready_s, 3))
