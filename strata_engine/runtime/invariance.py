@@ -8,7 +8,7 @@ and a start-up probe of the model's own GEMM shapes at the stage's thread count 
 Which tile: the smallest of 4, 8 and 16 rows that a start-up probe of the model's own GEMM shapes
 passes on this machine, at the stage's thread counts (`default_row_tile`). Measured with torch 2.13 + MKL
 2024.2 on AVX-512 (AMD EPYC; see docs/measurements/batch-invariance.md): under MKL's conditional numerical reproducibility
-(`MKL_CBWR=AUTO,STRICT`, which `config.py` pins) a linear layer's output row is bitwise the same for every
+(`MKL_CBWR=AUTO,STRICT`, which `mkl_mode.py` pins) a linear layer's output row is bitwise the same for every
 row count M >= 4 and any position of the row, at 1 and 2 threads, for inner sizes K <= 512 (M = 1..3 take
 small-matrix paths that round differently); without it MKL's default paths needed M >= 16. A tile of 4
 instead of 16 is 10-30% of a decode step at batch 1-6 (fewer padding rows in every GEMM and expert).

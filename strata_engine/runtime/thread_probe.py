@@ -4,7 +4,7 @@ Batch invariance (runtime/invariance.py) says a row's bits do not depend on its 
 engine. Whether they also hold *across* layouts (one stage or two, thread stages or stage ranks) is a
 separate claim, because a layout changes each stage's thread count (2 cores, 1 stage = 2 threads; 2 stages
 = 1 each). Measured on AMD EPYC (AVX-512): MKL's default paths change the decode steps' last bits between
-1 and 2 threads; with MKL's conditional numerical reproducibility (`MKL_CBWR`, which `config.py` pins to
+1 and 2 threads; with MKL's conditional numerical reproducibility (`MKL_CBWR`, which `mkl_mode.py` pins to
 `AUTO,STRICT` before torch's first GEMM) they do not, and the layouts agree bit for bit. So each stage
 probes its own layers here, at start, on a scratch cache: prompt rows, then decode rows, at 1 thread and
 at its count; the engine claims `layout_invariant` only where every stage agrees and it claims batch
