@@ -63,7 +63,7 @@ class DistPipeline:
         dtype: torch.dtype,
         hidden_size: int,
         vocab_size: int,
-        runtime: RuntimeConfig = RuntimeConfig(),
+        runtime: RuntimeConfig,
         timeout_s: float = 60.0,
         max_tokens: int | None = None,
         startup_timeout_s: float = 300.0,
