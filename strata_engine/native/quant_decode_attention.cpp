@@ -9,6 +9,17 @@
 #include <immintrin.h>
 #endif
 
+// The softmax's exp, called where 16 lanes are two registers (x86-64-v3): preamble.h inlines it there, and
+// inlined into this op GCC contracted its arithmetic otherwise than at v4, so q8's rows came out in other bits
+// at v3 than at v4 (kept apart they agree, as SERVER.md says); ~15% of this op's time at v3 is the cost.
+template <typename F>
+#if defined(LANES_ARE_TWO_REGISTERS)
+__attribute__((noinline))
+#endif
+static inline F softmax_exp(F x) {
+  return exp_nonpositive(x);
+}
+
 // 16 stored bytes as 16 float lanes, exactly: the ISA's widening where the target has it (GCC turns a vector
 // extension's int8 -> int32 conversion into scalar code), a loop elsewhere. `nibbles`: the 16 bytes' low
 // nibbles to `v`, high nibbles to `high`.
@@ -102,13 +113,13 @@ static void attend_head(const float* qh, const int8_t* kh, const float* ks, cons
   v16 sums = splat(0.0f);  // 16 lanes whatever the width, then a fixed tree: the same total at every level
   int64_t e = 0;
   for (; e + 16 <= keys; e += 16) {
-    const v16 x = exp_nonpositive(load16(w + e) - top);
+    const v16 x = softmax_exp(load16(w + e) - top);
     store16(w + e, x);
     sums += x;
   }
   float total = hsum(sums);
   for (; e < keys; ++e) {
-    w[e] = exp_nonpositive(w[e] - top);
+    w[e] = softmax_exp(w[e] - top);
     total += w[e];
   }
   const float inverse = 1.0f / total;

@@ -47,9 +47,6 @@ def native_quant_decode_attention(march: str | None = None):
 _EMPTY = torch.empty(0)  # q8's v_min
 
 
-_EMPTY = torch.empty(0)  # q8's v_min
-
-
 def fits(q: torch.Tensor, parts: dict[str, torch.Tensor]) -> bool:
     """The shapes the op takes: a q8 or k8v4 cache on the CPU, float32 queries, hd 32/64/128."""
     return (
