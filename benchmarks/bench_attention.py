@@ -16,10 +16,13 @@ model's head counts, head_dim and sliding window read from its config:
      the native op (runtime/native/decode_attention.py; skipped where it cannot be built);
   4. a prompt chunk of each of --chunks queries at each of --chunk-starts: the flash paths (`aten_row`,
      what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (runtime/native/chunk_attention.py,
-     `attend_row` with its hook, as the engine calls it; skipped where it cannot be built).
+     `attend_row` with its hook, as the engine calls it; skipped where it cannot be built);
+  5. decode rows over a quantized cache (--kv-dtype q8 and k8v4), --decode-rows rows at --decode-positions:
+     each row's write, the dequantized window and its flash call (what STRATA_QUANT_DECODE_KERNEL=0 takes)
+     against the native op (runtime/native/quant_decode_attention.py).
 
 `--against REV` times the native ops as they are here against themselves as git revision REV had them
-(sections 3 and 4: A = REV's op, built from its C++ at this level, B = this checkout's), and says whether
+(sections 3, 4 and 5: A = REV's op, built from its C++ at this level, B = this checkout's), and says whether
 their outputs agree bit for bit: what a change to an op bought, at each level, reproducibly.
 
 `--isa LEVEL` runs it all as a machine of that level would: the native ops built with -march=LEVEL
@@ -57,6 +60,8 @@ from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
 from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
 from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
+from strata_engine.runtime.native.quant_decode_attention import native_quant_decode_attention  # noqa: E402
+from strata_engine.model.kv_cache import LayerKV  # noqa: E402
 from strata_engine.runtime.native.build import build_from  # noqa: E402
 from strata_engine.kernel_switches import native_march  # noqa: E402
 
@@ -243,11 +248,11 @@ def main() -> None:
         default=None,
         help="run as a machine of this x86-64 level: native ops, ATen and MKL all at it (default: this CPU's own)",
     )
-    p.add_argument("--sections", default="1,2,3,4", help="comma-separated sections to run (default all)")
+    p.add_argument("--sections", default="1,2,3,4,5", help="comma-separated sections to run (default all)")
     p.add_argument(
         "--against",
         metavar="REV",
-        help="sections 3 and 4: A = the native op as git revision REV had it (built here), B = this checkout's",
+        help="sections 3-5: A = the native op as git revision REV had it (built here), B = this checkout's",
     )
     args = p.parse_args()
     at_isa(args.isa, sys.argv)
@@ -280,6 +285,8 @@ def main() -> None:
             decode_op(config, window, args, generator)
         if 4 in sections:
             chunk_op(config, window, args, generator)
+        if 5 in sections:
+            quant_decode_op(config, window, args, generator)
 
 
 def decode_row(config, window: int | None, args, generator: torch.Generator) -> None:
@@ -424,6 +431,72 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
                 )
             samples = alternate(arms, args.repeats, args.warmup, args.sample_ms)
             print(row(f"{rows} at ~{base:,}", samples, errors, same_bits(arms) if old is not None else None))
+
+
+def quant_decode_op(config, window: int | None, args, generator: torch.Generator) -> None:
+    """Section 5: decode rows over a quantized cache, the write, dequantized window and flash call of each row
+    against the native op (or, with --against, that op as the revision had it)."""
+    native = native_quant_decode_attention()
+    if native is None:
+        print("\n5. skipped: the native quantized decode op could not be built here")
+        return
+    old = None
+    a_name, a_what = "A dequantized + flash", "A = each row's write, its dequantized window and a flash call"
+    if args.against:
+        old = op_at(
+            args.against, "quant_decode_attention.cpp", "strata_quant_decode_attention", "quant_decode_attention"
+        )
+        a_name, a_what = f"A at {args.against}", f"A = the native op as {args.against} had it"
+    print(f"\n5. Decode rows over a quantized cache (their writes included): {a_what}, B = the native op\n")
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    for fmt in ("q8", "k8v4"):
+        print(header(f"{fmt}: rows at position", a_name, "B native", bits=old is not None))
+        for rows in ints(args.decode_rows):
+            for base in ints(args.decode_positions):
+                at = [base + 3 * i for i in range(rows)]
+                kv = LayerKV(rows, kv_heads, max(at) + 64, head_dim, torch.float32, "cpu", None, fmt)
+                for slot, high in enumerate(at):
+                    keys, values = (torch.randn(high, kv_heads, head_dim, generator=generator) for _ in "kv")
+                    kv.write_row(slot, 0, keys, values)
+                q = torch.randn(rows, heads, head_dim, generator=generator)
+                k, v = (torch.randn(rows, kv_heads, head_dim, generator=generator) for _ in "kv")
+                spans = [(slot, max(0, high + 1 - (window or high + 1)), high + 1) for slot, high in enumerate(at)]
+                slots, lows, highs = (list(column) for column in zip(*spans))
+                parts = kv.parts
+                v_min = parts.get("v_min", torch.empty(0))
+
+                def call(op):
+                    return op(
+                        q, k, v, parts["k"], parts["k_scale"], parts["v"], parts["v_scale"], v_min, slots, lows, highs
+                    )
+
+                def aten():
+                    out = []
+                    for i, (slot, low, high) in enumerate(spans):
+                        kv.write_row(slot, high - 1, k[i : i + 1], v[i : i + 1])
+                        keys, values = kv.read(slot, low, high)
+                        out.append(
+                            aten_row(q[i : i + 1].transpose(0, 1)[None], keys, values, torch.tensor([high - 1]), False)
+                        )
+                    return torch.cat([o[0].transpose(0, 1) for o in out])
+
+                arms = {"A": (lambda: call(old)) if old is not None else aten, "B": lambda: call(native)}
+                arms["B"]()  # the rows' new keys and values stored (every arm stores the same bits), then the reference
+                ref = torch.stack(
+                    [
+                        reference(
+                            q[i : i + 1].transpose(0, 1)[None],
+                            *kv.read(slot, low, high),
+                            torch.tensor([high - 1]),
+                            torch.arange(low, high),
+                            None,
+                        )[0, :, 0]
+                        for i, (slot, low, high) in enumerate(spans)
+                    ]
+                )
+                errors = [max_diff(fn(), ref) for fn in arms.values()]
+                samples = alternate(arms, args.repeats, args.warmup, args.sample_ms)
+                print(row(f"{rows} at ~{base:,}", samples, errors, same_bits(arms) if old is not None else None))
 
 
 if __name__ == "__main__":
