@@ -12,11 +12,12 @@ model's head counts, head_dim and sliding window read from its config:
      path (one `scaled_dot_product_attention` over every key the chunk sees: what a chunk took before the
      band path, and what non-consecutive rows still take);
   3. the compiled decode step's attention op for a micro-batch of --decode-rows rows (padded to 8, each
-     row's KV write included) at --decode-positions: its per-row ATen calls (`per_row_attention`) against
-     the native op (runtime/native/decode_attention.py; skipped where it cannot be built);
-  4. a prompt chunk of each of --chunks queries at each of --chunk-starts: the flash paths (`aten_row`,
-     what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op (runtime/native/chunk_attention.py,
-     `attend_row` with its hook, as the engine calls it; skipped where it cannot be built);
+     row's KV write included) at --decode-positions: its per-row ATen calls (`decode_attention`, native=False)
+     against the native op (runtime/native/decode_attention.py; skipped where it cannot be built);
+  4. a prompt chunk of each of --chunks queries at each of --chunk-starts: the flash paths (`attend_row`
+     without a hook: what a chunk takes with STRATA_CHUNK_KERNEL=0) against the native chunk op
+     (runtime/native/chunk_attention.py, `attend_row` with its hook, as the engine calls it; skipped where it
+     cannot be built);
   5. decode rows over a quantized cache (--kv-dtype q8 and k8v4), --decode-rows rows at --decode-positions:
      each row's write, the dequantized window and its flash call (what STRATA_QUANT_DECODE_KERNEL=0 takes)
      against the native op (runtime/native/quant_decode_attention.py).
@@ -52,9 +53,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_bench.provenance import cpu_flags, cpu_line  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
-from strata_engine.model.attention import band_window_chunk, flash_cpu, aten_row, attend_row  # noqa: E402
+from strata_engine.model.attention import band_window_chunk, flash_cpu, attend_row  # noqa: E402
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
-from strata_engine.runtime.compiled_step import per_row_attention  # noqa: E402
+from strata_engine.runtime import compiled_step  # noqa: E402
 from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
 from strata_engine.runtime.native.quant_decode_attention import native_quant_decode_attention  # noqa: E402
 from strata_engine.model.kv_cache import LayerKV  # noqa: E402
@@ -237,9 +238,9 @@ def band_chunks(config, window: int, args, generator: torch.Generator, chunks: l
 
 
 def chunk_op(config, window: int | None, args, generator: torch.Generator) -> None:
-    """Section 4: a prompt chunk's attention, the flash paths (`aten_row`) against the native op (`attend_row`);
+    """Section 4: a prompt chunk's attention, the flash paths (`attend_row`) against the native op (its hook);
     with --against, the native op at that revision against this one."""
-    a_name, a_what = "A flash", "A = the flash paths (aten_row; STRATA_CHUNK_KERNEL=0)"
+    a_name, a_what = "A flash", "A = the flash paths (attend_row, no hook; STRATA_CHUNK_KERNEL=0)"
     if args.against:
         old = op_at(args.against, "chunk_attention.cpp", "strata_chunk_attention", "chunk_attention")
         a_name, a_what = f"A at {args.against}", f"A = the native chunk op as {args.against} had it"
@@ -253,7 +254,7 @@ def chunk_op(config, window: int | None, args, generator: torch.Generator) -> No
             length = start + chunk
             q, keys, values, positions = row_inputs(config, chunk, length, generator)
             arms = {
-                "A": lambda: aten_row(q, keys, values, positions, True, window),
+                "A": lambda: attend_row(q, keys, values, positions, True, window),
                 "B": lambda: attend_row(q, keys, values, positions, True, window, chunk=attend_chunk),
             }
             if args.against:
@@ -300,7 +301,7 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
             slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
             w = -1 if window is None else window
             arms = {
-                "A": lambda: per_row_attention(q, k, v, *caches, slots, positions, w),
+                "A": lambda: compiled_step.decode_attention(q, k, v, *caches, slots, positions, w, native=False),
                 "B": lambda: native(q, k, v, *caches, slots, positions, w),
             }
             if old is not None:
@@ -371,7 +372,9 @@ def quant_decode_op(config, window: int | None, args, generator: torch.Generator
                         kv.write_row(slot, high - 1, k[i : i + 1], v[i : i + 1])
                         keys, values = kv.read(slot, low, high)
                         out.append(
-                            aten_row(q[i : i + 1].transpose(0, 1)[None], keys, values, torch.tensor([high - 1]), False)
+                            attend_row(
+                                q[i : i + 1].transpose(0, 1)[None], keys, values, torch.tensor([high - 1]), False
+                            )
                         )
                     return torch.cat([o[0].transpose(0, 1) for o in out])
 

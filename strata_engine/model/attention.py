@@ -43,12 +43,25 @@ def attend_row(
     chunk: Callable | None = None,
 ) -> torch.Tensor:
     """q: [1, H, T, hd] at positions [T]; keys, values: [1, Hkv, L, hd] with L = positions[-1] + 1 -> [1, H, T, hd].
-    `chunk(q, keys, values, window)` answers a prompt chunk's queries, or returns None (then `aten_row`)."""
+    `chunk(q, keys, values, window)` answers a prompt chunk's queries, or returns None; then, or without a
+    hook, ATen's calls answer (the flash paths)."""
     if chunk is not None and consecutive and q.shape[2] > 1:
         out = chunk(q, keys, values, window)
         if out is not None:
             return out
-    return aten_row(q, keys, values, positions, consecutive, window)
+    tokens, length = q.shape[2], keys.shape[2]
+    if window is not None and length > window:
+        return _windowed(q, keys, values, positions, window, consecutive)
+    if tokens == 1:
+        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
+    start = length - tokens
+    if consecutive and start == 0:
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
+    if consecutive and flash_cpu is not None and q.device.type == "cpu" and q.dtype == torch.float32:
+        return _prefix_then_chunk(q, keys, values, start)
+    seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
+    mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
 def cached_row(
@@ -72,30 +85,6 @@ def decode_span(row, window: int | None) -> tuple[int, int, int]:
     one-query path slices them (the last `window` positions)."""
     high = row.last + 1
     return row.slot, max(0, high - window) if window else 0, high
-
-
-def aten_row(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    positions: torch.Tensor,
-    consecutive: bool,
-    window: int | None = None,
-) -> torch.Tensor:
-    """`attend_row` in ATen's calls only (the flash paths), without a chunk hook."""
-    tokens, length = q.shape[2], keys.shape[2]
-    if window is not None and length > window:
-        return _windowed(q, keys, values, positions, window, consecutive)
-    if tokens == 1:
-        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
-    start = length - tokens
-    if consecutive and start == 0:
-        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
-    if consecutive and flash_cpu is not None and q.device.type == "cpu" and q.dtype == torch.float32:
-        return _prefix_then_chunk(q, keys, values, start)
-    seen = torch.arange(length, device=q.device)[None, :] <= positions[:, None]  # [T, L]
-    mask = torch.zeros(seen.shape, dtype=q.dtype, device=q.device).masked_fill_(~seen, float("-inf"))
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
 
 
 def _windowed(

@@ -67,30 +67,17 @@ def decode_attention(
     slots: torch.Tensor,
     positions: torch.Tensor,
     window: int,
+    native: bool = True,
 ) -> torch.Tensor:
     """q [N, H, hd], k and v [N, Hkv, hd] of N decode rows (slot -1 = padding, after the rows): write each
     row's key and value at (slot, position), attend over the slot's positions 0..position; padding rows
-    give zeros. On the CPU in float32 the native op does it all in one call (runtime/native/decode_attention.py); else
-    `per_row_attention`."""
-    native = native_decode_attention() if q.dtype == torch.float32 and q.device.type == "cpu" else None
-    if native is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
-        return native(q, k, v, k_cache, v_cache, slots, positions, window)
-    return per_row_attention(q, k, v, k_cache, v_cache, slots, positions, window)
-
-
-def per_row_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slots: torch.Tensor,
-    positions: torch.Tensor,
-    window: int,
-) -> torch.Tensor:
-    """`decode_attention` in ATen calls: the writes as one indexed copy per cache (one op instead of two a row),
-    and each row's attention over a view of its slot (`attend_row`): the op's own cost was ~30 us a row against
-    ~26 us of attention."""
+    give zeros. On the CPU in float32 the native op does it all in one call (runtime/native/decode_attention.py);
+    else, or with `native=False` (the native op's measure), ATen's calls: the writes as one indexed copy per
+    cache (one op instead of two a row), and each row's attention over a view of its slot (`attend_row`): the
+    op's own cost was ~30 us a row against ~26 us of attention."""
+    op = native_decode_attention() if native and q.dtype == torch.float32 and q.device.type == "cpu" else None
+    if op is not None and k_cache.is_contiguous() and v_cache.is_contiguous():
+        return op(q, k, v, k_cache, v_cache, slots, positions, window)
     out = torch.zeros_like(q)
     at = positions.tolist()
     rows = [slot for slot in slots.tolist() if slot >= 0]  # the real rows' slots, in order

@@ -1,5 +1,5 @@
-"""The native chunk attention (runtime/native/chunk_attention.py) against the flash paths it stands in for (`aten_row`),
-called as the model calls it: `attend_row` with the op's hook, which the runtime installs on each attention.
+"""The native chunk attention (runtime/native/chunk_attention.py) against the flash paths it stands in for (`attend_row`
+without a hook), called as the model calls it: with the op's hook, which the runtime installs on each attention.
 
 The op is built once per machine (g++ and ninja; torch's extension cache keeps it), so the first run of
 this file pays ~30 s; where it cannot be built the tests skip, saying why, and prompt chunks take the flash
@@ -14,7 +14,7 @@ import torch
 from strata_engine.config import EngineConfig
 from strata_engine.kernel_switches import KERNEL_ENVS
 from strata_engine.model import load_model
-from strata_engine.model.attention import aten_row, attend_row
+from strata_engine.model.attention import attend_row
 
 from strata_engine.runtime.native import chunk_attention
 from strata_engine.runtime.native.choice import install
@@ -47,7 +47,7 @@ def _row(tokens: int, start: int, heads: int, kv_heads: int, dim: int, seed: int
 def test_native_equals_the_flash_paths(native, window, tokens, start):
     q, keys, values, positions = _row(tokens, start, 8, 4, 32, seed=tokens + start)
     got = attend(q, keys, values, positions, window)
-    want = aten_row(q, keys, values, positions, True, window)
+    want = attend_row(q, keys, values, positions, True, window)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
 
 
@@ -56,7 +56,7 @@ def test_other_head_counts_and_widths(native, heads, kv_heads, dim):
     q, keys, values, positions = _row(70, 300, heads, kv_heads, dim, seed=dim)
     torch.testing.assert_close(
         attend(q, keys, values, positions, 64),
-        aten_row(q, keys, values, positions, True, 64),
+        attend_row(q, keys, values, positions, True, 64),
         rtol=1e-5,
         atol=2e-6,
     )
@@ -79,7 +79,7 @@ def test_the_switch_turns_it_off_and_a_bad_value_is_named(native, monkeypatch):
     monkeypatch.setenv(chunk_attention.ENV, "0")
     assert chunk_attention.native_chunk_attention() is None
     assert chunk_attention.attend_chunk(q, keys, values, 1024) is None  # and declines: the flash paths serve
-    assert torch.equal(attend(q, keys, values, positions, 1024), aten_row(q, keys, values, positions, True, 1024))
+    assert torch.equal(attend(q, keys, values, positions, 1024), attend_row(q, keys, values, positions, True, 1024))
     monkeypatch.setenv(chunk_attention.ENV, "yes")
     with pytest.raises(ValueError, match="STRATA_CHUNK_KERNEL='yes' is not one of 0, 1, auto"):
         chunk_attention.native_chunk_attention()

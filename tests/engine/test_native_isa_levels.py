@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from strata_bench.provenance import cpu_flags
-from strata_engine.model.attention import aten_row
+from strata_engine.model.attention import attend_row
 from strata_engine.model.kv_cache import LayerKV
 from strata_engine.runtime.native import chunk_attention, decode_attention, kv_codec, quant_decode_attention
-from strata_engine.runtime.compiled_step import per_row_attention
+from strata_engine.runtime import compiled_step
 
 from helpers import native_op_or_skip
 
@@ -48,7 +48,7 @@ def test_the_chunk_op_at_each_level_equals_the_flash_paths(level, tokens, start,
     op = _op(chunk_attention.native_chunk_attention, level)
     q, keys, values = _chunk(tokens, start, dim, seed=tokens + dim)
     got = op(q, keys, values, start, window)
-    want = aten_row(
+    want = attend_row(
         q.transpose(0, 1)[None],
         keys[None],
         values[None],
@@ -66,7 +66,7 @@ def test_the_decode_op_at_each_level_equals_the_aten_op(level):
     caches = [torch.randn(4, 4, 1600, 32, generator=g) for _ in range(2)]
     q, k, v = (torch.randn(4, h, 32, generator=g) for h in (8, 4, 4))
     slots, at = torch.tensor([2, 0, 3, -1]), torch.tensor([5, 700, 1500, 0])
-    want = per_row_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024)
+    want = compiled_step.decode_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024, native=False)
     torch.testing.assert_close(
         op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6
     )

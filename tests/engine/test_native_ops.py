@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata_engine.model.attention import aten_row, attend_row
+from strata_engine.model.attention import attend_row
 from strata_engine.model.kv_cache import LayerKV
 from strata_engine.model.weights import load_model
 from strata_engine.runtime.native import build, choice, chunk_attention, kv_codec, quant_decode_attention
@@ -56,7 +56,7 @@ def test_a_slower_op_is_not_served_and_the_engine_says_why(model, monkeypatch):
     q, keys, values, positions = _chunk()
     assert torch.equal(
         attend_row(q, keys, values, positions, True, 1024, chunk=hook),
-        aten_row(q, keys, values, positions, True, 1024),
+        attend_row(q, keys, values, positions, True, 1024),
     )
     assert "chunk-attention:aten" in ready_line("http://127.0.0.1:1", kernels)
 

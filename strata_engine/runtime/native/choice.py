@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 
 from ...kernel_switches import kernel_mode, native_march
-from ...model.attention import aten_row, attend_row, cached_row, decode_span
+from ...model.attention import attend_row, cached_row, decode_span
 from ...model.kv_cache import LayerKV
 from ...model.rows import Row
 from ...model.transformer import Attention, MoE
@@ -88,7 +88,7 @@ def _chunk_arms(model, chunk: int, name: str):
                 lambda q=q, k=keys, v=values, p=positions: attend_row(
                     q, k, v, p, True, window, chunk=chunk_attention.attend_chunk
                 ),
-                lambda q=q, k=keys, v=values, p=positions: aten_row(q, k, v, p, True, window),
+                lambda q=q, k=keys, v=values, p=positions: attend_row(q, k, v, p, True, window),
             )
         )
     return arms, f"a {chunk}-token chunk at 0 and at {max(window or 0, 2 * chunk)}"
@@ -113,7 +113,7 @@ def _expert_arms(model, chunk: int, name: str):
 
 def _decode_arms(model, batch: int, name: str):
     """The decode op against its per-row ATen calls: the batch's rows padded to 8, past the window and early."""
-    from ..compiled_step import per_row_attention
+    from .. import compiled_step
 
     c = model.config
     window = -1 if c.sliding_window is None else int(c.sliding_window)
@@ -127,7 +127,7 @@ def _decode_arms(model, batch: int, name: str):
         q, k, v = (torch.randn(8, h, c.head_dim, generator=g) for h in (c.num_heads, c.num_kv_heads, c.num_kv_heads))
         slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at)
         args = (q, k, v, *caches, slots, positions, window)
-        arms.append((lambda a=args: op(*a), lambda a=args: per_row_attention(*a)))
+        arms.append((lambda a=args: op(*a), lambda a=args: compiled_step.decode_attention(*a, native=False)))
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 
