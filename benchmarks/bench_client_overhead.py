@@ -28,7 +28,7 @@ import numpy as np
 from strata_bench.engines.result import StreamResult
 from strata_bench.engines.stream import stream_completion
 from strata_bench.engines.http_stream import run
-from strata_bench.synthetic import spawn
+from strata_bench.synthetic.launcher import spawn
 
 
 def start_server(itl_ms: float, pack: int) -> tuple[subprocess.Popen, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from strata_bench.synthetic import spawn
+from strata_bench.synthetic.launcher import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = str(Path(sys.executable).parent / "strata-bench")

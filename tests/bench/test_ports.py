@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from strata_bench import synthetic
 from strata_bench.arms import Arm
 from strata_bench.engines import launcher, ports
 from strata_bench.engines.launcher import EngineProcess
@@ -20,6 +19,7 @@ from strata_bench.order import RunKey
 from strata_bench.results import ResultsDir
 from strata_bench.runner import BenchConfig, run_once, start_or_resume
 from strata_bench.scenarios import Scenario
+from strata_bench.synthetic.launcher import spawn
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc")
 
@@ -29,7 +29,7 @@ SYN = f"{sys.executable} -m strata_bench.synthetic"
 @pytest.fixture
 def foreign():
     """A server of this test's, outside the tree of any process the code under test starts."""
-    proc, url = synthetic.spawn()
+    proc, url = spawn()
     yield int(url.rsplit(":", 1)[1])
     proc.kill()
     proc.wait()
@@ -80,7 +80,7 @@ def test_the_synthetic_server_handed_a_taken_port_starts_again(request, holder):
     """Another server answers on the port (ours never binds it), or holds it without answering (ours exits)."""
     taken = request.getfixturevalue(holder)
     handed = Handed(taken)
-    proc, url = synthetic.spawn(choose=handed)
+    proc, url = spawn(choose=handed)
     try:
         assert handed.ports[0] == taken, "the taken port was never tried"
         assert url == f"http://127.0.0.1:{handed.ports[-1]}" and handed.ports[-1] != taken

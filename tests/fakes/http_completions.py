@@ -20,7 +20,7 @@ import uuid
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from strata_bench.synthetic_cache import answer_prompt
+from strata_bench.synthetic.cache import answer_prompt
 
 from .answers import logprobs_at, token_at
 from .http_state import Fake, Job

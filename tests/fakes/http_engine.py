@@ -4,7 +4,7 @@ Tokens are a hash of (prompt, position), so greedy answers are deterministic wha
 them. Reads take `--read-ms-per-token`, go in `--piece`-token pieces (0 = one run), and decoding
 pauses while a piece is read, as in strata-engine; at a piece's end a waiting prompt under half as
 long takes over (YIELDED) unless `--no-yield`. Events go to GET /v1/events and, as log lines, stderr.
-`--prompt-cache MIB` keeps finished prompts (strata_bench.synthetic_cache: `--cache-tokens-per-mib` tokens a
+`--prompt-cache MIB` keeps finished prompts (strata_bench.synthetic.cache: `--cache-tokens-per-mib` tokens a
 MiB, `cache_salt` honoured): a request reads only what is not cached, says `cached_tokens` in its usage, and
 CACHE_HIT / CACHE_EVICT events name hits and evictions; `--cache-fault one-too-far` plays a cache that claims
 one token more than it matched (the answer is computed without that prompt token), `--cache-fault salt-leak` one

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from strata_bench.synthetic_cache import PrefixCache
+from strata_bench.synthetic.cache import PrefixCache
 from strata_engine.events import EngineEvent
 
 

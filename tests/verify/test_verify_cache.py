@@ -10,7 +10,7 @@ import re
 import pytest
 
 from strata_bench.engines.result import StreamResult
-from strata_bench.synthetic_cache import PrefixCache, answer_prompt
+from strata_bench.synthetic.cache import PrefixCache, answer_prompt
 from strata_verify.cache.plan import CacheOptions, CachePlan, Prompts
 from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.cache.steps import EVICTION, GIVE_WAY, HITS, judge

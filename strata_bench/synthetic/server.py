@@ -6,7 +6,8 @@ stops them per `--piece-tokens` then lets them decode `--piece-decode-ms`, `--mo
 Tokens are a function of the prompt (greedy-like: the same prompt, the same tokens). It can fail requests,
 stall, die mid-run or never get healthy, so every bad path of the bench is testable without an engine.
 Each event carries `synthetic_t` (its perf_counter send time) for measuring the client's own error.
-Run: python -m strata_bench.synthetic --port 8000 [flags] (--prompt-cache-tokens N: a prefix cache); see --help.
+Run: python -m strata_bench.synthetic --port 8000 [flags] (--prompt-cache-tokens N: a prefix cache); see --help;
+from Python, launcher.spawn starts it on a free port.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
-from .synthetic_cache import PrefixCache
+from .cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -344,59 +344,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Synth
         raise
 
 
-def spawn(
-    *flags: str, timeout_s: float = 30.0, attempts: int = 3, choose: Callable[[], int] | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the server in a subprocess on a free port; (process, URL) once /health answers 200 from it
-    (on a port another process took first, again on a new one: engines.ports.start_ours). `choose` gives
-    the ports (engines.ports.free_port; a test hands one that another process holds)."""
-    import httpx
-
-    from .engines import ports
-
-    started: list[subprocess.Popen[bytes]] = []
-
-    def launch(port: int) -> subprocess.Popen[bytes]:
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "strata_bench.synthetic", "--port", str(port), *flags],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
-        return started[-1]
-
-    def answers(port: int) -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(proc: subprocess.Popen[bytes]) -> None:
-        proc.kill()
-        proc.wait()
-
-    try:
-        proc, port, _ = ports.start_ours(
-            launch, answers, stop, timeout_s=timeout_s, choose=choose or ports.free_port, tries=attempts, poll_s=0.05
-        )
-    except ports.Taken:
-        raise RuntimeError(f"every port tried ({attempts}) was taken by another process") from None
-    except ports.Exited:
-        stderr = started[-1].stderr
-        raise RuntimeError(f"the synthetic server exited: {stderr.read().decode() if stderr else ''}") from None
-    except ports.TimedOut:
-        raise RuntimeError(f"the synthetic server did not answer /health within {timeout_s:g} s") from None
-    return proc, f"http://127.0.0.1:{port}"
-
-
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     args, config = parse_args(argv)
     print(f"synthetic: serving on http://{args.host}:{args.port} ({config.mode})", file=sys.stderr, flush=True)
     uvicorn.run(build_app(config), host=args.host, port=args.port, log_level="warning", access_log=False)
-
-
-if __name__ == "__main__":
-    main()

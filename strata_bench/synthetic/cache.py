@@ -1,4 +1,4 @@
-"""A prefix cache for the synthetic servers (strata_bench.synthetic, tests/fakes/http_engine.py): no KV, only
+"""A prefix cache for the synthetic servers (synthetic/server.py, tests/fakes/http_engine.py): no KV, only
 which prompts were read, so a test knows how many tokens a request may take from the cache.
 
 Finished prompts are kept whole, keyed by their `cache_salt` (vLLM's semantics: prefixes are shared only
