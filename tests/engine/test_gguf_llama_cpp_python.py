@@ -3,6 +3,7 @@ llama-cpp-python (skipped, naming the install command, where it or the `gguf` pa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -13,7 +14,10 @@ from strata_bench.engines.llama_cpp_python import INSTALL, InProcessLlama
 GOLDEN = Path(__file__).resolve().parents[2] / "strata_verify" / "golden" / "reference-cpu.json"
 
 pytest.importorskip("gguf", reason="the gguf package comes with llama.cpp: bash scripts/install_llama_cpp.sh")
-pytest.importorskip("llama_cpp", reason=f"llama-cpp-python is not installed: {INSTALL}")
+# Asked without importing it: llama_cpp's import opens two /dev/null files it never closes (llama_cpp/_utils.py),
+# and every test process that collected this file printed "ResourceWarning: unclosed file" at its exit.
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip(f"llama-cpp-python is not installed: {INSTALL}", allow_module_level=True)
 
 
 @pytest.mark.slow
