@@ -157,8 +157,8 @@ class DistPipeline:
         self._receive = group.recv([self._buffers[0]], self.world_size - 1, DATA)
 
     def _name(self, rank: int, what: str) -> str:
-        spec = self.specs[rank - 1]
-        return f"stage rank {rank} (stage {spec.index}, layers {spec.layer_start}-{spec.layer_end - 1}, {spec.device}) {what}"
+        plan = self.stages[rank - 1]  # rank r runs stage plan r - 1 (the head's own, not the spec it sent)
+        return f"stage rank {rank} (stage {plan.index}, layers {plan.layer_start}-{plan.layer_end - 1}, {plan.device}) {what}"
 
     # -- the pipeline interface ------------------------------------------------------------------
     def submit(self, mb: MicroBatch) -> None:
