@@ -116,7 +116,7 @@ EMBEDDED_MODEL = "strata-tiny-moe"
 def fill_engines(command: str) -> tuple[str, str | None]:
     """(command with engine placeholders filled, None), or (command, why it cannot run here and how to fix it)."""
     if "{model_dir}" in command:
-        from strata_engine.model.weights import MODELS_DIR
+        from strata_engine.model.model_dir import MODELS_DIR
 
         command = command.replace("{model_dir}", str(MODELS_DIR / EMBEDDED_MODEL))
     if "{vllm}" in command:

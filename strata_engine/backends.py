@@ -33,7 +33,7 @@ def build_torch(resolved: Resolved) -> Backend:
     import torch
 
     from .model.tokenizer import load_tokenizer
-    from .model.weights import load_model
+    from .model.weights import build_model
     from .runtime.native.choice import choose as choose_kernels
     from .runtime.pipeline import Pipeline, split_layers
     from .executors.torch_executor import TorchExecutor
@@ -55,8 +55,7 @@ def build_torch(resolved: Resolved) -> Backend:
     if workers == "dist":  # each stage rank loads its own layers; the head holds no weights
         pipeline = _dist_pipeline(resolved)
     else:
-        model, model_config = load_model(resolved.model_path, device="cpu", dtype=torch.float32)
-        model.eval()
+        model = build_model(resolved.model_path, model_config, device="cpu", dtype=torch.float32)  # read at start
         kernels = choose_kernels(model, sched.batch, runtime.threads, decode=runtime.compile, kv_dtype=config.kv_dtype)
         split_layers(model, stages, dtype)
         pipeline = Pipeline(model, stages, sched.batch, sched.ctx, dtype, runtime, kv_dtype=config.kv_dtype)

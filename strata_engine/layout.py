@@ -53,7 +53,7 @@ def this_machine(config: EngineConfig) -> Machine:
     import torch
 
     from . import machine_profile
-    from .model.weights import read_config, resolve_model_path
+    from .model.model_dir import read_config, resolve_model_path
 
     return Machine(
         os.cpu_count() or 1,

@@ -78,7 +78,7 @@ def resolve(config: EngineConfig) -> Resolved:
         import torch
 
         from .model.kv_cache import positions_at_rest, positions_held
-        from .model.weights import read_config, resolve_model_path
+        from .model.model_dir import read_config, resolve_model_path
         from .runtime.stage_plan import plan_stages
 
         model_path = resolve_model_path(config.model)

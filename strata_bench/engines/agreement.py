@@ -45,7 +45,7 @@ def local_model_dir(*names: str | None) -> Path | None:
         if (path / "config.json").is_file():
             return path
         if "/" not in name:
-            from strata_engine.model.weights import MODELS_DIR
+            from strata_engine.model.model_dir import MODELS_DIR
 
             if (MODELS_DIR / name / "config.json").is_file():
                 return MODELS_DIR / name
@@ -66,7 +66,7 @@ def check_agreement(
         )
     try:
         from strata_engine.model.tokenizer import load_tokenizer
-        from strata_engine.model.weights import read_config
+        from strata_engine.model.model_dir import read_config
 
         config = read_config(model_dir)
         ours = load_tokenizer(model_dir, config).encode(PROBE_TEXT)

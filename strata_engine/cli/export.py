@@ -26,7 +26,7 @@ def export(out: str, model: str, dtype: str) -> None:
         raise click.ClickException(f"{err}: the gguf package comes with llama.cpp (bash scripts/install_llama_cpp.sh)")
     except ExportError as err:
         raise click.ClickException(str(err)) from None
-    from ..model.weights import read_config, resolve_model_path
+    from ..model.model_dir import read_config, resolve_model_path
 
     window = read_config(resolve_model_path(model)).sliding_window
     if window:

@@ -4,7 +4,8 @@ checkpoints in and out, embedded models), tokenizer (bytes or tokenizer.json, st
 from .config import ModelConfig
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
 from .transformer import Block, Transformer
-from .weights import embedded_models, load_model, resolve_model_path
+from .model_dir import embedded_models, resolve_model_path
+from .weights import load_model
 
 __all__ = [
     "ModelConfig",

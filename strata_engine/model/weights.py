@@ -1,7 +1,7 @@
 """Weights: Hugging Face checkpoints in, our Transformer out (and back, for the trainer).
 
-`load_model(name_or_path)` reads config.json plus model.safetensors or a sharded
-model.safetensors.index.json, maps every HF tensor onto our fused layout (q/k/v in one projection,
+`load_model(name_or_path)` reads config.json (model_dir.py) and `build_model` model.safetensors or a sharded
+model.safetensors.index.json: it maps every HF tensor onto our fused layout (q/k/v in one projection,
 gate/up in one, experts stacked [E, ...]) and accepts experts saved per expert (`experts.E.gate_proj`,
 mixtral's `block_sparse_moe.experts.E.w1`) or fused (`experts.gate_up_proj [E, 2I, D]`). A missing,
 unexpected or wrongly shaped tensor is a ValueError that names the tensor (and both shapes).
@@ -20,9 +20,9 @@ from safetensors.torch import save_file
 
 from .. import mkl_mode
 from .config import HF_CLASS_NAMES, ModelConfig
+from .model_dir import read_config, resolve_model_path
 from .transformer import Transformer
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # Tensors some exporters write that carry nothing we need (rotary tables are recomputed).
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 _DTYPES = {
@@ -33,29 +33,6 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
-
-
-def embedded_models() -> list[str]:
-    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file()) if MODELS_DIR.is_dir() else []
-
-
-def resolve_model_path(name_or_path: str | Path) -> Path:
-    """A directory holding config.json, or the name of a model shipped inside strata_engine/models."""
-    path = Path(name_or_path).expanduser()
-    if (path / "config.json").is_file():
-        return path
-    embedded = MODELS_DIR / str(name_or_path)
-    if "/" not in str(name_or_path) and (embedded / "config.json").is_file():
-        return embedded
-    raise ValueError(
-        f"model {str(name_or_path)!r} not found: not a directory with config.json and not an embedded model "
-        f"(embedded: {', '.join(embedded_models()) or 'none'})"
-    )
-
-
-def read_config(model_dir: Path) -> ModelConfig:
-    with open(model_dir / "config.json") as f:
-        return ModelConfig.from_hf(json.load(f))
 
 
 def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
@@ -71,9 +48,16 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
 def load_model(
     path_or_name: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
 ) -> tuple[Transformer, ModelConfig]:
-    mkl_mode.pin()  # before this model's first GEMM: bits independent of the thread count (mkl_mode.py)
     model_dir = resolve_model_path(path_or_name)
     config = read_config(model_dir)
+    return build_model(model_dir, config, device, dtype), config
+
+
+def build_model(
+    model_dir: Path, config: ModelConfig, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
+) -> Transformer:
+    """Our Transformer from the weights in `model_dir`, whose config.json `config` was read from (model_dir.py)."""
+    mkl_mode.pin()  # before this model's first GEMM: bits independent of the thread count (mkl_mode.py)
     device = torch.device(device)
     dtype = resolve_dtype(dtype, device)
     state = to_our_state_dict(read_safetensors(model_dir), config)
@@ -82,7 +66,7 @@ def load_model(
     model = model.to_empty(device=device).to(dtype)
     model.tie_weights()
     model.load_state_dict(state, strict=True)
-    return model.eval().requires_grad_(False), config
+    return model.eval().requires_grad_(False)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ the model directory it names is here, our loader reads it, and its /tokenize of 
 from __future__ import annotations
 
 from strata_bench.engines.agreement import PROBE_TEXT, check_agreement, local_model_dir
-from strata_engine.model.weights import MODELS_DIR
+from strata_engine.model.model_dir import MODELS_DIR
 
 EMBEDDED = str(MODELS_DIR / "strata-tiny-moe")
 

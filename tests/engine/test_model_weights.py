@@ -14,7 +14,8 @@ from strata_engine.model.kv_cache import KVCache
 from strata_engine.model import load_model, resolve_model_path
 from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import Transformer
-from strata_engine.model.weights import embedded_models, hf_config_dict, save_hf_weights
+from strata_engine.model.model_dir import embedded_models
+from strata_engine.model.weights import hf_config_dict, save_hf_weights
 
 
 def last_logits(model, ids):
