@@ -5,7 +5,7 @@ position p lives at `[s, :, p, :]`. Each layer owns its tensors, so a layer spli
 layers on that stage's device (`KVCache(..., layers=range(0, 2), device="cuda:0")`). Writing a position at
 or past `ctx` raises `ContextOverflowError` naming the slot, the position and ctx; nothing is written.
 `save` / `restore` copy a slot's first positions to host memory and back (the prompt cache's store).
-On CPU the tensors sit in an anonymous private mapping: pages read as zero and the OS commits them as
+On CPU the tensors sit in an anonymous private mapping (kv_pages.py): pages read as zero and the OS commits them as
 positions are written, so a slot's resident memory follows the positions it used, not `ctx`; `reset`
 hands a slot's pages back. With a sliding window W, `trim(rows)` (each stage, before a forward) hands back
 the pages of positions below `trim_floor(row.first)`: W + TRIM_MARGIN behind the row, which no query of it
@@ -16,7 +16,6 @@ any context. `save` copies from the lowest position still held (or from `first`:
 
 from __future__ import annotations
 
-import math
 import mmap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import torch
 
 from .kv_format import kv_format
+from .kv_pages import committed_bytes, lazy_zeros, release
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -37,35 +37,6 @@ class ContextOverflowError(ValueError):
             f"slot {slot}: position {position} does not fit in the KV cache (ctx={ctx}; positions 0..{ctx - 1})"
         )
         self.slot, self.position, self.ctx = slot, position, ctx
-
-
-def lazy_zeros(
-    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
-) -> tuple[torch.Tensor, mmap.mmap | None]:
-    """Zeros of `shape`; on CPU in an anonymous mapping whose pages are committed when first written (and
-    the mapping, for `release`), elsewhere torch.zeros (and None)."""
-    count = math.prod(shape)
-    if torch.device(device).type != "cpu" or count == 0 or not hasattr(mmap, "MAP_PRIVATE"):
-        return torch.zeros(shape, dtype=dtype, device=device), None
-    pages = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return torch.frombuffer(pages, dtype=dtype).view(shape), pages  # the tensor keeps the mapping alive
-
-
-def committed_bytes(tensors: Iterable[torch.Tensor]) -> int | None:
-    """The bytes of these CPU tensors' pages the OS holds now (Linux's /proc/self/pagemap: a page present or
-    swapped): what it committed, not what was reserved. None where pagemap cannot be read."""
-    page, total = mmap.PAGESIZE, 0
-    try:
-        with open("/proc/self/pagemap", "rb") as pagemap:
-            for t in tensors:
-                first = t.data_ptr() // page
-                count = (t.data_ptr() + t.numel() * t.element_size() - 1) // page - first + 1
-                pagemap.seek(first * 8)
-                entries = torch.frombuffer(bytearray(pagemap.read(count * 8)), dtype=torch.int64)
-                total += int(((entries < 0) | (entries & (1 << 62) != 0)).sum()) * page  # bit 63 present, 62 swapped
-    except (OSError, ValueError):
-        return None
-    return total
 
 
 TRIM_MARGIN = 64  # positions held behind the window: a next turn may keep a prefix that ends this far back
@@ -92,19 +63,6 @@ def positions_at_rest(window: int | None) -> int | None:
     """The most positions a slot commits between forwards (after a decode row's trim): the window, the margin
     and a step. None without a window."""
     return None if window is None else window + TRIM_MARGIN + TRIM_STEP
-
-
-def release(pages: mmap.mmap | None, view: torch.Tensor) -> bool:
-    """Hand the whole pages inside contiguous `view` back to the OS (they read as zero again); True when that
-    was all of the view, False where some or all of it stays (no mapping: CUDA; no madvise; a part page)."""
-    if pages is None or not hasattr(mmap, "MADV_DONTNEED"):
-        return False
-    start = view.storage_offset() * view.element_size()
-    end = start + view.numel() * view.element_size()
-    first_page, end_page = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
-    if end_page > first_page:
-        pages.madvise(mmap.MADV_DONTNEED, first_page, end_page - first_page)
-    return first_page == start and end_page == end
 
 
 @dataclass(frozen=True)
