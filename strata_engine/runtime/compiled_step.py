@@ -36,6 +36,7 @@ import contextlib
 import threading
 import time
 import types
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -45,8 +46,9 @@ from ..model.transformer import MoE
 from .compile_cache import compile_cache_tag, inductor_options, tag_every_compile
 from .native.decode_attention import native_decode_attention
 from .invariance import padded_rows
-from ..model.kv_cache import KVCache
+from ..model.kv_cache import KVCache, trim_rows
 from ..runtime_config import RuntimeConfig
+from .stage_plan import StagePlan
 
 
 # Registered with torch.library's low-level API: a call cost ~10 µs of dispatch where a
@@ -163,8 +165,7 @@ class CompiledDecode:
             raise ValueError("the compiled step reads the KV cache in the model's dtype; use --layout plain")
         self.model, self.layers, self.cache = model, list(layers), cache
         self.gemms = gemms
-        self.cache_tag = compile_cache_tag(model, gemms)
-        tag_every_compile()
+        self.cache_tag: str | None = None  # the inductor cache's tag for these weights: set by the first `compiling`
         self.is_first, self.is_last, self.device = is_first, is_last, device
         self.dtype = next(model.parameters()).dtype
         self.window = -1 if model.config.sliding_window is None else int(model.config.sliding_window)
@@ -221,7 +222,11 @@ class CompiledDecode:
     def compiling(self) -> contextlib.ExitStack:
         """The recompile limit lifted and this step's inductor options (its GEMMs): what the warm-up holds, and what
         a caller that may recompile the step (bench_model switching weight layouts) holds around its calls, so a
-        recompile builds the same kind of graph."""
+        recompile builds the same kind of graph. The first (the warm-up's) tags the inductor cache's entries: every
+        compile of this process by the CPU, this step's by its weights too (runtime/compile_cache.py)."""
+        if self.cache_tag is None:
+            tag_every_compile()
+            self.cache_tag = compile_cache_tag(self.model, self.gemms)
         stack = contextlib.ExitStack()
         stack.enter_context(recompiles_allowed())
         stack.enter_context(inductor_options(self.gemms, self.cache_tag))
@@ -305,7 +310,7 @@ def probe_vec_isa() -> None:
 
 def compiled_stage(
     model: torch.nn.Module,
-    plan,
+    plan: StagePlan,
     cache: KVCache,
     is_first: bool,
     is_last: bool,
@@ -316,6 +321,29 @@ def compiled_stage(
     (resolved by then), threads and GEMMs."""
     tile, threads, gemms = runtime.row_tile, runtime.threads, runtime.gemms
     return CompiledDecode(model, plan.layers, cache, is_first, is_last, tile, num_slots, threads, plan.device, gemms)
+
+
+class _AllLayers:
+    """Every stage's KV layers as one cache, for the whole decode's compiled step."""
+
+    def __init__(self, caches: Sequence[KVCache]):
+        self.layers = {i: layer for cache in caches for i, layer in cache.layers.items()}
+
+    def trim(self, rows) -> None:
+        trim_rows(self.layers.values(), rows)
+
+
+def whole_decode(
+    model: torch.nn.Module,
+    stages: Sequence[StagePlan],
+    caches: Sequence[KVCache],
+    num_slots: int,
+    runtime: RuntimeConfig,
+) -> CompiledDecode:
+    """The whole decode's step (runtime/pipeline.py): every stage's layers, on the CPU, as one compiled step over
+    every stage's KV cache, warmed up like a stage's."""
+    every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
+    return compiled_stage(model, every, _AllLayers(caches), True, True, num_slots, runtime)
 
 
 def compile_info(built, gemms: str = "aten") -> dict | None:

@@ -25,8 +25,8 @@ import torch
 from ..model.rows import Rows
 from ..runtime_config import RuntimeConfig
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
-from .compiled_step import compile_info, compiled_stage
-from ..model.kv_cache import KVCache, trim_rows
+from .compiled_step import compile_info, compiled_stage, whole_decode
+from ..model.kv_cache import KVCache
 from .prefix_copies import HostPrefixes, PrefixCopy
 from .thread_probe import stage_threads_agree
 from .stage_forward import stage_forward
@@ -168,16 +168,6 @@ class Stage(threading.Thread):
                 torch.set_num_threads(self.threads)
 
 
-class _AllLayers:
-    """Every stage's KV layers as one cache, for the whole decode's compiled step."""
-
-    def __init__(self, caches: Sequence[KVCache]):
-        self.layers = {i: layer for cache in caches for i, layer in cache.layers.items()}
-
-    def trim(self, rows) -> None:
-        trim_rows(self.layers.values(), rows)
-
-
 class Pipeline:
     """Stage workers joined by queues; `submit` feeds stage 0, `get` returns finished micro-batches in order."""
 
@@ -237,8 +227,7 @@ class Pipeline:
         # more warm-up.
         whole = None
         if runtime.compile and len(stages) > 1 and all(plan.device == "cpu" for plan in stages):
-            every = StagePlan(0, "cpu", stages[0].layer_start, stages[-1].layer_end)
-            whole = compiled_stage(model, every, _AllLayers(self.caches), True, True, num_slots, runtime)
+            whole = whole_decode(model, stages, self.caches, num_slots, runtime)
         self._whole = whole
         built = ((c.graphs, c.compile_s) for c in [*compiled, whole] if c is not None)
         self.compile_info = compile_info(built, runtime.gemms)
