@@ -5,7 +5,7 @@ position p lives at `[s, :, p, :]`. Each layer owns its tensors, so a layer spli
 layers on that stage's device (`KVCache(..., layers=range(0, 2), device="cuda:0")`). Writing a position at
 or past `ctx` raises `ContextOverflowError` naming the slot, the position and ctx; nothing is written.
 `save` / `restore` copy a slot's first positions to host memory and back (the prompt cache's store).
-On CPU the tensors sit in an anonymous private mapping (kv_pages.py): pages read as zero and the OS commits them as
+On CPU the tensors sit in an anonymous private mapping (lazy_pages.py): pages read as zero and the OS commits them as
 positions are written, so a slot's resident memory follows the positions it used, not `ctx`; `reset`
 hands a slot's pages back. With a sliding window W, `trim(rows)` (each stage, before a forward) hands back
 the pages of positions below `trim_floor(row.first)`: W + TRIM_MARGIN behind the row, which no query of it
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import torch
 
 from .kv_format import kv_format
-from .kv_pages import committed_bytes, lazy_zeros, release
+from .lazy_pages import committed_bytes, lazy_zeros, release
 
 if TYPE_CHECKING:
     from .config import ModelConfig
