@@ -12,7 +12,13 @@ import torch
 from strata_bench.provenance import cpu_flags
 from strata_engine.model.attention import attend_row
 from strata_engine.model.kv_cache import LayerKV
-from strata_engine.runtime.native import chunk_attention, decode_attention, kv_codec, quant_decode_attention
+from strata_engine.runtime.native import (
+    chunk_attention,
+    decode_attention,
+    decode_experts,
+    kv_codec,
+    quant_decode_attention,
+)
 from strata_engine.runtime import compiled_step
 
 from helpers import native_op_or_skip
@@ -70,6 +76,36 @@ def test_the_decode_op_at_each_level_equals_the_aten_op(level):
     torch.testing.assert_close(
         op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6
     )
+
+
+def _experts_inputs(layout: str):
+    g = torch.Generator().manual_seed(11)
+    gate_up, down = torch.randn(8, 256, 256, generator=g) * 0.1, torch.randn(8, 256, 128, generator=g) * 0.1
+    if layout == "columns":  # the engine's GEMM weight layout
+        gate_up, down = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (gate_up, down))
+    x = torch.randn(6, 256, generator=g)
+    experts = torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(6)])
+    return x, torch.rand(6, 2, generator=g), experts, gate_up, down, torch.tensor([0, 1, 2, 3, 4, -1])
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_the_decode_experts_at_each_level_equal_the_every_expert_path(level, layout):
+    op = _op(decode_experts.native_decode_experts, level)
+    x, weights, experts, gate_up, down, slots = _experts_inputs(layout)
+    dense = torch.zeros(6, 8).scatter_(1, experts, weights) * (slots >= 0)[:, None]
+    h = torch.einsum("nd,eid->nei", x, gate_up)
+    want = torch.einsum("nei,edi,ne->nd", torch.nn.functional.silu(h[..., :128]) * h[..., 128:], down, dense)
+    torch.testing.assert_close(op(x, weights, experts, gate_up, down, slots), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_the_levels_with_fma_give_the_decode_experts_the_same_bits(layout):
+    levels = [level for level in ("x86-64-v3", "x86-64-v4") if level in _runnable()]
+    if len(levels) < 2:
+        pytest.skip(f"this CPU runs {', '.join(levels) or 'neither'} of x86-64-v3 and v4: nothing to compare")
+    outs = [_op(decode_experts.native_decode_experts, level)(*_experts_inputs(layout)) for level in levels]
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_the_levels_with_fma_give_the_same_bits():
