@@ -16,11 +16,13 @@ from pathlib import Path
 
 from . import knobs
 
-# runtime/native/: chunk_attention.py, decode_attention.py, routed_experts.py, quant_decode_attention.py, kv_codec.py
+# runtime/native/: chunk_attention.py, decode_attention.py, routed_experts.py, decode_experts.py,
+# quant_decode_attention.py, kv_codec.py
 KERNEL_ENVS = (
     "STRATA_CHUNK_KERNEL",
     "STRATA_DECODE_KERNEL",
     "STRATA_EXPERT_KERNEL",
+    "STRATA_DECODE_EXPERTS_KERNEL",
     "STRATA_QUANT_DECODE_KERNEL",
     "STRATA_KV_CODEC_KERNEL",
 )

@@ -173,6 +173,7 @@ KNOBS: dict[str, Knob] = {
     "STRATA_CHUNK_KERNEL": KERNEL,
     "STRATA_DECODE_KERNEL": KERNEL,
     "STRATA_EXPERT_KERNEL": KERNEL,
+    "STRATA_DECODE_EXPERTS_KERNEL": KERNEL,
     "STRATA_QUANT_DECODE_KERNEL": KERNEL,
     "STRATA_KV_CODEC_KERNEL": KERNEL,
     "STRATA_NATIVE_MARCH": Knob(
@@ -205,6 +206,8 @@ def epilog() -> str:
         "prompt chunks with ATen's flash calls instead of the native chunk attention; STRATA_DECODE_KERNEL=0 gives the "
         "compiled decode step ATen's per-row attention instead of its native op (both float32); STRATA_EXPERT_KERNEL=0 "
         "runs an MoE layer's routed experts in a Python loop, not in one native call over the same ATen ops; "
+        "STRATA_DECODE_EXPERTS_KERNEL=0 has the compiled decode step run every expert on every row, not each row's "
+        "chosen experts in one native call (float32); "
         "STRATA_QUANT_DECODE_KERNEL=0 gives decode rows of a q8 or k8v4 cache the dequantized window copy and ATen's "
         "attention instead of the native op that reads the stored bytes; STRATA_KV_CODEC_KERNEL=0 stores and reads a q8 "
         "or k8v4 cache's prompt chunks with kv_format.py's Python codec instead of the native one (the same bits).",

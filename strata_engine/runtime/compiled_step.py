@@ -12,9 +12,9 @@ Applied from outside the model, as gpt-fast does: the graph is the blocks' own m
 projections, rotary, router, experts) with static shapes; the per-row attention over each slot's own
 prefix, and its KV writes, run as one opaque op (`strata::decode_attention`: on the CPU in float32 one
 native call over every row, runtime/native/decode_attention.py; else eager inside, the same `attend_row` as the
-model's), so no host round trip is traced. MoE runs every expert on every row with
-padding rows weighted 0 (the model's every-expert path): static, where the eager step loops over the
-chosen experts. A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
+model's), so no host round trip is traced. MoE runs each row through its chosen experts in one opaque op
+(`strata::decode_experts`, runtime/native/decode_experts.py) where that op serves (CPU float32, raced at start),
+else every expert on every row with padding rows weighted 0 (the model's every-expert path, static). A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
 padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (5e-6 apart on
 strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
 with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
@@ -45,6 +45,7 @@ from ..model.attention import attend_row
 from ..model.transformer import MoE
 from .compile_cache import compile_cache_tag, inductor_options, tag_every_compile
 from .native.decode_attention import native_decode_attention
+from .native.decode_experts import native_decode_experts
 from .invariance import padded_rows
 from ..model.kv_cache import KVCache, trim_rows
 from ..runtime_config import RuntimeConfig
@@ -110,6 +111,27 @@ def _shape_only(q, k, v, k_cache, v_cache, slots, positions, window):
 _LIBRARY.impl("decode_attention", decode_attention, "CompositeExplicitAutograd")
 _LIBRARY.impl("decode_attention", _shape_only, "Meta")
 
+_LIBRARY.define(
+    "decode_experts(Tensor x, Tensor weights, Tensor experts, Tensor gate_up, Tensor down, Tensor slots) -> Tensor"
+)
+
+
+def decode_experts(x, weights, experts, gate_up, down, slots):
+    """Each decode row (slot -1 = padding: zeros) through its chosen experts only: the native op
+    (runtime/native/decode_experts.py), which a graph calls only where it was built when the graph was traced."""
+    op = native_decode_experts()
+    if op is None:
+        raise RuntimeError("the compiled step's graph calls the native decode experts, which no longer serve")
+    return op(x, weights, experts, gate_up, down, slots)
+
+
+def _experts_shape(x, weights, experts, gate_up, down, slots):
+    return torch.empty_like(x)
+
+
+_LIBRARY.impl("decode_experts", decode_experts, "CompositeExplicitAutograd")
+_LIBRARY.impl("decode_experts", _experts_shape, "Meta")
+
 
 # Guards on tensors only (shapes, strides, dtypes: which bucket, which weight layout). Dynamo's default also
 # guards every module attribute and global the step reads, ~0.1 ms a call here (docs/MODEL.md); nothing of that changes after
@@ -174,6 +196,9 @@ class CompiledDecode:
         self._step = torch.compile(_own_code(self._forward), fullgraph=True, dynamic=False, options=GUARDS)
         if device == "cpu" and self.dtype == torch.float32:
             native_decode_attention()  # built or loaded here, in the warm-up, not on the first request
+        # each decode row through its chosen experts only, where the native op serves (chosen before the graphs)
+        fits = device == "cpu" and self.dtype == torch.float32 and _experts_fit(model)
+        self.routed = fits and native_decode_experts() is not None
         self.compile_s = self._warm_up(threads)
 
     def _forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -187,9 +212,10 @@ class CompiledDecode:
             o = torch.ops.strata.decode_attention(q, k, v, kv.k, kv.v, slots, positions, self.window)
             h = h + attn.o_proj(o.reshape(o.shape[0], -1))
             x = block.post_attention_layernorm(h)
-            h = h + (
-                _moe(block.mlp, x, weight, self.gemms == "template") if isinstance(block.mlp, MoE) else block.mlp(x)
-            )
+            if isinstance(block.mlp, MoE):
+                h = h + _moe(block.mlp, x, weight, self.gemms == "template", slots if self.routed else None)
+            else:
+                h = h + block.mlp(x)
         return self.model.head(h) if self.is_last else h
 
     def _warm_up(self, threads: int | None) -> float:
@@ -261,12 +287,17 @@ class CompiledDecode:
         return self._step(x, positions, slots)
 
 
-def _moe(moe: MoE, x: torch.Tensor, weight: torch.Tensor, one_down_gemm: bool = False) -> torch.Tensor:
-    """The MoE layer on every expert (static shapes); padding rows weigh 0 on every expert. one_down_gemm: the
-    experts' down projections as one GEMM over [rows, experts x width] (each expert's rows scaled by its router
-    weight first) instead of a batched GEMM and a weighted sum."""
+def _moe(
+    moe: MoE, x: torch.Tensor, weight: torch.Tensor, one_down_gemm: bool = False, slots: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The MoE layer: with `slots`, each row through its chosen experts only (the native op; padding rows, slot
+    -1, give 0); else on every expert (static shapes), padding rows weighing 0 on every expert. one_down_gemm:
+    the experts' down projections as one GEMM over [rows, experts x width] (each expert's rows scaled by its
+    router weight first) instead of a batched GEMM and a weighted sum."""
     _, weights, experts = moe.route(x)
-    if one_down_gemm:
+    if slots is not None:
+        out = torch.ops.strata.decode_experts(x, weights, experts, moe.gate_up_proj, moe.down_proj, slots)
+    elif one_down_gemm:
         out = _every_expert_one_down(moe, x, weights * weight, experts)
     else:
         out = moe._every_expert(x, weights * weight, experts)
@@ -281,6 +312,12 @@ def _every_expert_one_down(moe: MoE, x: torch.Tensor, weights: torch.Tensor, exp
     return F.linear(
         routed.reshape(x.shape[0], -1), moe.down_proj.transpose(0, 1).reshape(x.shape[1], -1)
     )  # [N, E*I] @ [E*I, D]
+
+
+def _experts_fit(model: torch.nn.Module) -> bool:
+    """Whether the model has MoE layers of the sizes the native decode experts take (multiples of 16)."""
+    c = model.config
+    return bool(getattr(c, "num_experts", 0)) and c.hidden_size % 16 == 0 and c.moe_intermediate_size % 16 == 0
 
 
 _probed = threading.Event()

@@ -9,13 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import greedy
+from helpers import greedy, native_op_or_skip
 from test_model_sliding_window import windowed_checkpoint
 from tokens_equal import assert_tokens_equal
 from strata_engine import Engine, SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.model import load_model
+from strata_engine.runtime import compiled_step
 from strata_engine.runtime.compiled_step import CompiledDecode, buckets
+from strata_engine.runtime.native import decode_experts
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
 from strata_engine.model.kv_cache import ContextOverflowError, KVCache
 from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline
@@ -94,6 +96,36 @@ def test_shipped_model_tokens_equal_eager():
     eager, _ = decode(model, prompts, 24, compiled=False)
     compiled, _ = decode(model, prompts, 24, compiled=True)
     assert compiled == eager
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_the_decode_experts_give_the_eager_tokens(monkeypatch, switch):
+    """With the native decode experts (each row through its chosen experts only) and without them (every
+    expert on every row): the eager step's greedy tokens, over one row and six (the 8-row graph)."""
+    monkeypatch.setenv(decode_experts.ENV, switch)
+    if switch == "1":
+        native_op_or_skip(decode_experts.native_decode_experts, "decode experts")
+    model = load_model("strata-tiny-moe")[0]
+    calls = []
+    monkeypatch.setattr(
+        compiled_step, "native_decode_experts", lambda: _counted(calls, decode_experts.native_decode_experts())
+    )
+    prompts = [list(b"x = 1\n"), list(b"while True:"), list(b"#"), list(b"import os"), list(b"def f("), list(b"for i")]
+    for rows in (prompts[:1], prompts):
+        compiled, _ = decode(model, rows, 10, compiled=True)
+        assert compiled == decode(model, rows, 10, compiled=False)[0]
+    assert (len(calls) > 0) == (switch == "1"), f"the op was called {len(calls)} times with its switch at {switch}"
+
+
+def _counted(calls: list, op):
+    if op is None:
+        return None
+
+    def counted(*args):
+        calls.append(1)
+        return op(*args)
+
+    return counted
 
 
 def test_a_rows_logits_do_not_depend_on_the_rows_beside_it():

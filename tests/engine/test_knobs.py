@@ -35,6 +35,7 @@ BAD = {  # one value each knob refuses; a knob added to the table needs one here
     "STRATA_CHUNK_KERNEL": "on",
     "STRATA_DECODE_KERNEL": "native",
     "STRATA_EXPERT_KERNEL": "2",
+    "STRATA_DECODE_EXPERTS_KERNEL": "fewer",
     "STRATA_QUANT_DECODE_KERNEL": "yes",
     "STRATA_KV_CODEC_KERNEL": "fast",
     "STRATA_NATIVE_MARCH": "x86-64-v3; rm -rf",

@@ -103,6 +103,7 @@ def test_the_real_tune_keeps_a_profile_that_serve_follows(tmp_path):
         "STRATA_CHUNK_KERNEL": "0",  # no native build or race in a fresh cache folder
         "STRATA_DECODE_KERNEL": "0",
         "STRATA_EXPERT_KERNEL": "0",
+        "STRATA_DECODE_EXPERTS_KERNEL": "0",
     }
     env.pop(LAYOUT_ENV, None)  # the tests' plain layout (conftest) would outrank the profile
     tuned = subprocess.run(

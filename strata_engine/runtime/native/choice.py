@@ -4,7 +4,7 @@ Contract: `install(model)` sets the model's hooks to the native ops (`Attention.
 `Attention.decode_attention`, `Attention.kv_codec`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
 machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
 paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
-(chunk attention, routed experts, with `decode` the compiled step's decode attention, and with a q8 or k8v4
+(chunk attention, routed experts, with `decode` the compiled step's decode attention and decode experts, and with a q8 or k8v4
 `kv_dtype` the quantized decode attention and the kv codec), the path that
 serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
 against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
@@ -30,7 +30,7 @@ from ...model.attention import attend_row, cached_row, decode_span
 from ...model.kv_cache import LayerKV
 from ...model.rows import Row
 from ...model.transformer import Attention, MoE
-from . import build, chunk_attention, decode_attention, kv_codec, quant_decode_attention, routed_experts
+from . import build, chunk_attention, decode_attention, decode_experts, kv_codec, quant_decode_attention, routed_experts
 from .prebuild import build_missing
 
 ROUNDS = 9  # alternating samples per arm; the fastest of each counts (load from elsewhere only adds time)
@@ -131,6 +131,29 @@ def _decode_arms(model, batch: int, name: str):
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 
+def _decode_expert_arms(model, batch: int, name: str):
+    """The decode experts op against the every-expert MoE the compiled step runs without it, on the first MoE
+    layer: one row and the batch's rows (up to 8), each choosing its top-k at random."""
+    moe = next((layer.mlp for layer in model.layers if isinstance(getattr(layer, "mlp", None), MoE)), None)
+    if moe is None:
+        return [], ""
+    op = decode_experts.native_decode_experts()
+    g = torch.Generator().manual_seed(0)
+    arms = []
+    for rows in sorted({1, min(batch, 8)}):
+        x = torch.randn(rows, model.config.hidden_size, generator=g)
+        experts = torch.stack([torch.randperm(moe.num_experts, generator=g)[: moe.top_k] for _ in range(rows)])
+        weights = torch.rand(rows, moe.top_k, generator=g)
+        slots = torch.arange(rows)
+        arms.append(
+            (
+                lambda x=x, w=weights, e=experts, s=slots: op(x, w, e, moe.gate_up_proj, moe.down_proj, s),
+                lambda x=x, w=weights, e=experts: moe._every_expert(x, w, e),
+            )
+        )
+    return arms, f"1 and {min(batch, 8)} decode rows, top-{moe.top_k} of {moe.num_experts}"
+
+
 def _quant_decode_arms(model, batch: int, name: str):
     """The quantized decode op against write_row, the dequantized window and ATen's attention, q8 and k8v4
     each (one verdict for both): the batch's rows up to 8, each writing its key and value and attending,
@@ -205,6 +228,13 @@ OPS = {
         decode_attention._SOURCE,
         _decode_arms,
     ),
+    "decode experts": (
+        decode_experts.ENV,
+        decode_experts.NAME,
+        decode_experts.native_decode_experts,
+        decode_experts._SOURCE,
+        _decode_expert_arms,
+    ),
     "quantized decode attention": (
         quant_decode_attention.ENV,
         "strata_quant_decode_attention",
@@ -248,6 +278,7 @@ def wanted(model, decode: bool, kv_dtype: str | None) -> list[str]:
         "chunk attention": cpu_f32 and heads,
         "routed experts": bool(getattr(model.config, "num_experts", 0)),
         "decode attention": decode,
+        "decode experts": decode and cpu_f32 and bool(getattr(model.config, "num_experts", 0)),
         "quantized decode attention": cpu_f32 and heads and kv_dtype in ("q8", "k8v4"),
         "kv codec": cpu_f32 and kv_dtype in ("q8", "k8v4"),
     }
