@@ -5,7 +5,9 @@ Reads --rows prompts of --prompt tokens into a KV cache, then profiles --steps g
 rows together through `runtime.stage_forward` (what a stage thread or rank runs), with each module's time
 labelled (embed, per layer: input norm, attention projection + rotary, per-row attention, o_proj, post norm,
 MoE router/experts; head), for each arm: eager invariant (rows padded to the 16-row tile), eager padding off,
-the compiled step, and the compiled step with inductor's C++ GEMM templates (`template`). Layers can be split
+the compiled step, and the compiled step with inductor's C++ GEMM templates (`template`); an arm ending in
+`-every` runs the compiled MoE on every expert (STRATA_DECODE_EXPERTS_KERNEL=0 for that arm), the others each
+row's chosen experts where the native decode experts serve. Layers can be split
 like `--split 2` (two stages' layer ranges timed separately, no transport: that is measured on the server,
 docs/measurements/decode-step.md). Prints µs per step per label and the top aten ops.
 
@@ -15,6 +17,7 @@ docs/measurements/decode-step.md). Prints µs per step per label and the top ate
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -30,6 +33,7 @@ from strata_engine.model.kv_cache import KVCache  # noqa: E402
 from strata_engine.model.transformer import MoE, RMSNorm, Attention  # noqa: E402
 from strata_engine.runtime.compiled_step import CompiledDecode  # noqa: E402
 from strata_engine.runtime.invariance import apply_row_tile, default_row_tile  # noqa: E402
+from strata_engine.runtime.native.decode_experts import ENV as EXPERTS_ENV  # noqa: E402
 from strata_engine.runtime.native.choice import install  # noqa: E402
 from strata_engine.runtime.pipeline import Part  # noqa: E402
 from strata_engine.runtime.stage_forward import stage_forward  # noqa: E402
@@ -85,7 +89,8 @@ def main() -> None:
         default="invariant,padding_off,compiled",
         help="invariant (the engine's tile), padding_off, compiled, template (compiled with "
         "STRATA_COMPILED_GEMMS=template's C++ GEMM templates), tileN (eager at a row tile of N), compiledN "
-        "(compiled at a tile of N)",
+        "(compiled at a tile of N); a compiled arm ending in -every runs every expert on every row "
+        "(STRATA_DECODE_EXPERTS_KERNEL=0 for it)",
     )
     args = p.parse_args()
     model, config = load_model("strata-tiny-moe")
@@ -94,17 +99,21 @@ def main() -> None:
     layers = range(config.num_layers)
     label_modules(model)
     torch.manual_seed(0)
+    experts_switch = os.environ.get(EXPERTS_ENV, "")
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         for batch in [int(b) for b in args.rows.split(",")]:
             for arm in args.arms.split(","):
-                row_tile = 1 if arm == "padding_off" else int(re.sub(r"^\D*", "", arm) or tile)
+                every = arm.endswith("-every")
+                os.environ[EXPERTS_ENV] = "0" if every else experts_switch
+                kind = arm.removesuffix("-every")
+                row_tile = 1 if kind == "padding_off" else int(re.sub(r"^\D*", "", kind) or tile)
                 apply_row_tile(model, row_tile)
                 kv = KVCache(config, num_slots=batch, ctx=args.prompt + 4 * args.steps + 8)
-                gemms = "template" if arm == "template" else "aten"
+                gemms = "template" if kind == "template" else "aten"
                 compiled = (
                     CompiledDecode(model, layers, kv, True, True, row_tile, batch, threads, gemms=gemms)
-                    if arm.startswith("compiled") or arm == "template"
+                    if kind.startswith("compiled") or kind == "template"
                     else None
                 )
                 with torch.inference_mode():
