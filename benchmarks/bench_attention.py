@@ -55,7 +55,7 @@ from strata_bench.provenance import cpu_flags, cpu_line  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import band_window_chunk, flash_cpu, attend_row  # noqa: E402
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
-from strata_engine.runtime import compiled_step  # noqa: E402
+from strata_engine.runtime import step_ops  # noqa: E402
 from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
 from strata_engine.runtime.native.quant_decode_attention import native_quant_decode_attention  # noqa: E402
 from strata_engine.model.kv_cache import LayerKV  # noqa: E402
@@ -301,7 +301,7 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
             slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
             w = -1 if window is None else window
             arms = {
-                "A": lambda: compiled_step.decode_attention(q, k, v, *caches, slots, positions, w, native=False),
+                "A": lambda: step_ops.decode_attention(q, k, v, *caches, slots, positions, w, native=False),
                 "B": lambda: native(q, k, v, *caches, slots, positions, w),
             }
             if old is not None:

@@ -15,7 +15,7 @@ from tokens_equal import assert_tokens_equal
 from strata_engine import Engine, SamplingParams
 from strata_engine.config import EngineConfig
 from strata_engine.model import load_model
-from strata_engine.runtime import compiled_step
+from strata_engine.runtime import step_ops
 from strata_engine.runtime.compiled_step import CompiledDecode, buckets
 from strata_engine.runtime.native import decode_experts
 from strata_engine.runtime.invariance import apply_row_tile, row_tile_for
@@ -108,7 +108,7 @@ def test_the_decode_experts_give_the_eager_tokens(monkeypatch, switch):
     model = load_model("strata-tiny-moe")[0]
     calls = []
     monkeypatch.setattr(
-        compiled_step, "native_decode_experts", lambda: _counted(calls, decode_experts.native_decode_experts())
+        step_ops, "native_decode_experts", lambda: _counted(calls, decode_experts.native_decode_experts())
     )
     prompts = [list(b"x = 1\n"), list(b"while True:"), list(b"#"), list(b"import os"), list(b"def f("), list(b"for i")]
     for rows in (prompts[:1], prompts):

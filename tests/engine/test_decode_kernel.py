@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from strata_engine.runtime.native import decode_attention
-from strata_engine.runtime import compiled_step
+from strata_engine.runtime import step_ops
 
 from helpers import native_op_fixtures
 
@@ -36,7 +36,7 @@ def _case(rows: int, padded: int, positions: list[int], seed: int, dim: int = DI
 def test_native_equals_the_aten_op_and_writes_the_same_cache(native, window, dim):
     q, k, v, (kc, vc), slots, at = _case(3, 4, [0, 700, 1500], seed=window + dim, dim=dim)
     kc2, vc2 = kc.clone(), vc.clone()
-    want = compiled_step.decode_attention(q, k, v, kc, vc, slots, at, window, native=False)
+    want = step_ops.decode_attention(q, k, v, kc, vc, slots, at, window, native=False)
     got = native(q, k, v, kc2, vc2, slots, at, window)
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2)  # each row's key and value at (slot, position)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

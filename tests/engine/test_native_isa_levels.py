@@ -19,7 +19,7 @@ from strata_engine.runtime.native import (
     kv_codec,
     quant_decode_attention,
 )
-from strata_engine.runtime import compiled_step
+from strata_engine.runtime import step_ops
 
 from helpers import native_op_or_skip
 
@@ -72,7 +72,7 @@ def test_the_decode_op_at_each_level_equals_the_aten_op(level):
     caches = [torch.randn(4, 4, 1600, 32, generator=g) for _ in range(2)]
     q, k, v = (torch.randn(4, h, 32, generator=g) for h in (8, 4, 4))
     slots, at = torch.tensor([2, 0, 3, -1]), torch.tensor([5, 700, 1500, 0])
-    want = compiled_step.decode_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024, native=False)
+    want = step_ops.decode_attention(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024, native=False)
     torch.testing.assert_close(
         op(q, k, v, caches[0].clone(), caches[1].clone(), slots, at, 1024), want, rtol=1e-5, atol=1e-6
     )

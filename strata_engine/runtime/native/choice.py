@@ -113,7 +113,7 @@ def _expert_arms(model, chunk: int, name: str):
 
 def _decode_arms(model, batch: int, name: str):
     """The decode op against its per-row ATen calls: the batch's rows padded to 8, past the window and early."""
-    from .. import compiled_step
+    from .. import step_ops
 
     c = model.config
     window = -1 if c.sliding_window is None else int(c.sliding_window)
@@ -127,7 +127,7 @@ def _decode_arms(model, batch: int, name: str):
         q, k, v = (torch.randn(8, h, c.head_dim, generator=g) for h in (c.num_heads, c.num_kv_heads, c.num_kv_heads))
         slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at)
         args = (q, k, v, *caches, slots, positions, window)
-        arms.append((lambda a=args: op(*a), lambda a=args: compiled_step.decode_attention(*a, native=False)))
+        arms.append((lambda a=args: op(*a), lambda a=args: step_ops.decode_attention(*a, native=False)))
     return arms, f"{rows} decode rows at ~100 and ~{max(window, 0) + 100}"
 
 

@@ -1,7 +1,7 @@
 """The decode rows' attention as one native call: every row's KV write and its attention over its own window.
 
 Contract: `native_decode_attention()` returns the op, `op(q, k, v, k_cache, v_cache, slots, positions, window)`
-with the shapes and meaning of `compiled_step.decode_attention` (float32 on the CPU, contiguous caches), or
+with the shapes and meaning of `step_ops.decode_attention` (float32 on the CPU, contiguous caches), or
 None where it cannot be built here (no C++ compiler, a build error: said once on stderr) or where
 `STRATA_DECODE_KERNEL=0` turns it off. It is built the first time it is asked for (build.py:
 g++ and ninja, ~20-40 s once, then loaded from torch's extension cache).
