@@ -17,6 +17,31 @@ static inline float sum16(v16 v) {  // the 16 lanes in a fixed order, whatever t
 
 constexpr int ROWS = 4;  // rows a pass over the weights serves
 
+// gemv's column form for R rows: x[r][k] times W's k-th row (stride sk) summed over k, a pass of T tiles of
+// 16 outputs; the next rows of W are asked for ahead, since a pass reads one short run of each.
+template <int R>
+static void columns(const float* W, int64_t sk, const float* const* x, float* const* y, int64_t outs, int64_t n) {
+  constexpr int T = ACC16 / R > 0 ? ACC16 / R : 1;
+  constexpr int AHEAD = 8;  // rows of W asked for ahead
+  for (int64_t j0 = 0; j0 < outs; j0 += 16 * T) {
+    const int tiles = static_cast<int>(std::min<int64_t>(T, (outs - j0) / 16));
+    v16 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = v16{};
+    for (int64_t k = 0; k < n; ++k) {
+      const float* w = W + k * sk + j0;
+      if (k + AHEAD < n)
+        for (int t = 0; t < tiles; ++t) __builtin_prefetch(w + AHEAD * sk + 16 * t);
+      for (int t = 0; t < tiles; ++t) {
+        const v16 wv = load16(w + 16 * t);
+        for (int r = 0; r < R; ++r) acc[r][t] += wv * x[r][k];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < tiles; ++t) store16(y[r] + j0 + 16 * t, acc[r][t]);
+  }
+}
+
 // y[r][j] = sum over k < n of W[j * sj + k * sk] x[r][k] for j < outs and the `rows` (<= ROWS) rows x[r], y[r].
 // With sk == 1 as dot products over k (n a multiple of 16), else (sj == 1) as x[r][k] times W's k-th row summed
 // over k, a tile of outputs at a time (outs a multiple of 16).
@@ -35,21 +60,11 @@ static void gemv(const float* W, int64_t sj, int64_t sk, const float* const* x, 
     }
     return;
   }
-  constexpr int T = ACC16 / ROWS > 0 ? ACC16 / ROWS : 1;  // 16-output tiles a pass holds for each row
-  for (int64_t j0 = 0; j0 < outs; j0 += 16 * T) {
-    const int tiles = static_cast<int>(std::min<int64_t>(T, (outs - j0) / 16));
-    v16 acc[ROWS][T];
-    for (int r = 0; r < ROWS; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = v16{};
-    for (int64_t k = 0; k < n; ++k) {
-      const float* w = W + k * sk + j0;
-      for (int t = 0; t < tiles; ++t) {
-        const v16 wv = load16(w + 16 * t);
-        for (int r = 0; r < rows; ++r) acc[r][t] += wv * x[r][k];
-      }
-    }
-    for (int r = 0; r < rows; ++r)
-      for (int t = 0; t < tiles; ++t) store16(y[r] + j0 + 16 * t, acc[r][t]);
+  switch (rows) {  // as many 16-output tiles a pass as the registers hold for this many rows
+    case 1: return columns<1>(W, sk, x, y, outs, n);
+    case 2: return columns<2>(W, sk, x, y, outs, n);
+    case 3: return columns<3>(W, sk, x, y, outs, n);
+    default: return columns<4>(W, sk, x, y, outs, n);
   }
 }
 
