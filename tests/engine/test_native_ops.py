@@ -9,7 +9,14 @@ import torch
 from strata_engine.model.attention import attend_row
 from strata_engine.model.kv_cache import LayerKV
 from strata_engine.model.weights import load_model
-from strata_engine.runtime.native import build, choice, chunk_attention, kv_codec, quant_decode_attention
+from strata_engine.runtime.native import (
+    build,
+    choice,
+    chunk_attention,
+    decode_experts,
+    kv_codec,
+    quant_decode_attention,
+)
 from strata_engine.server.run import ready_line
 
 from helpers import native_op_or_skip
@@ -82,6 +89,19 @@ def test_a_switch_decides_without_measuring(model, monkeypatch):
         kernels["routed experts"]["path"] == "native" and kernels["routed experts"]["why"] == "STRATA_EXPERT_KERNEL=1"
     )
     assert asked == []
+
+
+@pytest.mark.parametrize("native_s, path", [(2e-3, "aten"), (5e-4, "native")])
+def test_the_decode_experts_serve_the_compiled_step_where_they_measure_faster(model, monkeypatch, native_s, path):
+    native_op_or_skip(decode_experts.native_decode_experts, "decode experts")
+    fake_clock(monkeypatch, native_s=native_s, aten_s=1e-3)
+    assert "decode experts" not in choice.choose(model, 4, 1, decode=False)  # no compiled step, no op
+    kernels = choice.choose(model, 4, 1, decode=True)
+    assert kernels["decode experts"]["path"] == path
+    assert f"{native_s / 1e-3:.2f}x ATen's time" in kernels["decode experts"]["why"]
+    # what the compiled step asks when it traces its graphs: the op, or None (every expert on every row)
+    assert (decode_experts.native_decode_experts() is not None) == (path == "native")
+    assert f"decode-experts:{path}" in ready_line("http://127.0.0.1:1", kernels)
 
 
 def _quantized_rows(model, fmt: str = "k8v4"):

@@ -132,12 +132,15 @@ def _decode_arms(model, batch: int, name: str):
 
 
 def _decode_expert_arms(model, batch: int, name: str):
-    """The decode experts op against the every-expert MoE the compiled step runs without it, on the first MoE
-    layer: one row and the batch's rows (up to 8), each choosing its top-k at random."""
+    """The decode experts op against the every-expert MoE the compiled step runs without it (ATen's GEMMs, as with
+    `STRATA_COMPILED_GEMMS=aten`), on the first MoE layer: one row and the batch's rows (up to 8), each choosing its
+    top-k at random."""
     moe = next((layer.mlp for layer in model.layers if isinstance(getattr(layer, "mlp", None), MoE)), None)
     if moe is None:
         return [], ""
     op = decode_experts.native_decode_experts()
+    # the op reads the experts as the compiled step holds them: column-major, where the runtime pads rows
+    gate_up, down = (t.detach().transpose(1, 2).contiguous().transpose(1, 2) for t in (moe.gate_up_proj, moe.down_proj))
     g = torch.Generator().manual_seed(0)
     arms = []
     for rows in sorted({1, min(batch, 8)}):
@@ -147,7 +150,7 @@ def _decode_expert_arms(model, batch: int, name: str):
         slots = torch.arange(rows)
         arms.append(
             (
-                lambda x=x, w=weights, e=experts, s=slots: op(x, w, e, moe.gate_up_proj, moe.down_proj, s),
+                lambda x=x, w=weights, e=experts, s=slots: op(x, w, e, gate_up, down, s),
                 lambda x=x, w=weights, e=experts: moe._every_expert(x, w, e),
             )
         )
