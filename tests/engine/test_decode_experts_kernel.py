@@ -114,6 +114,22 @@ def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(native, layout):
     assert torch.equal(moved.flip(0), together)
 
 
+def test_the_thread_count_does_not_change_the_bits(native):
+    moe = _moe()
+    x, weights, experts = _inputs(moe, 8)
+    gate_up, down = map(_columns, (moe.gate_up_proj, moe.down_proj))
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outs.append(native(x, weights, experts, gate_up, down, torch.arange(8)))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
 @pytest.mark.parametrize(
     "change,message",
     [

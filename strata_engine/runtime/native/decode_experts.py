@@ -11,7 +11,8 @@ Why: the compiled step's graph has static shapes, so its MoE runs every expert o
 chooses 2 on strata-tiny-moe) and reads every expert's weights each step; at a few rows that is most of the
 step. Here a row reads only its experts' weights, the rows that chose an expert share each load of them, and
 the dot products run in an order fixed by the shapes: a row's result is the same whatever rows share the call
-(not bitwise ATen's GEMMs: another summation order).
+(not bitwise ATen's GEMMs: another summation order). It runs on the calling thread: the fastest layout decodes
+at one thread a stage, where ATen's GEMMs would split the every-expert work over the stage's threads.
 """
 
 from __future__ import annotations
