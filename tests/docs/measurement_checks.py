@@ -32,6 +32,35 @@ _PAGES: dict[str, object] = {
     '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
         VLLM_CACHE.split(";")[0] + "; " + MINUTES
     ),
+    # docs/measurements/decode-experts.md
+    ".venv/bin/python benchmarks/profile_decode_step.py --rows 1,4,6 --threads 1 --steps 30 --arms template-every,template,template-every,template": Run(
+        (
+            (r"--rows 1,4,6", "--rows 1"),
+            (r"--steps 30", "--steps 2"),
+            (r"template-every,template,template-every,template", "template-every"),
+        )
+    ),
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/profile_decode_step.py --rows 1,4,6 --threads 1 --steps 30 --arms template-every,template,template-every,template": Skip(
+        "builds the native ops again at -march=x86-64-v3 and compiles the step twice a row count; the command above "
+        "runs the script small, tests/engine/test_native_isa_levels.py the op at every level"
+    ),
+    "env STRATA_COMPILED_GEMMS=template ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx2.json": Skip(
+        "builds the native ops again at -march=x86-64-v3 and compiles the templated step four times; bench-model.md's "
+        "plain command runs the script small"
+    ),
+    "env STRATA_DECODE_EXPERTS_KERNEL=0 STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx512-every.json": Skip(
+        "compiles the templated step four times (~2 min) and times every engine; bench-model.md's plain command runs the script small"
+    ),
+    "env STRATA_DECODE_EXPERTS_KERNEL=0 STRATA_COMPILED_GEMMS=template ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx2-every.json": Skip(
+        "builds the native ops again at -march=x86-64-v3 and compiles the templated step four times; bench-model.md's "
+        "plain command runs the script small"
+    ),
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-intel-avx512-2 --arm default='strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
+    ".venv/bin/strata-bench run --scenarios two_joiners,followup,read_alone --scale 0.0625 --repeat 3 --out runs/engines-intel-avx2-forced-3 --arm default='env ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 strata-engine serve --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
     # docs/measurements/batch-invariance.md
     'strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --arm "padded=strata-engine serve --layout plain --batch 6" --arm "unpadded=env STRATA_ROW_TILE=1 strata-engine serve --layout plain --batch 6"': Skip(
         "a 6-run A/B of the row padding in the scenario, minutes (docs/MODEL.md has its table)"
