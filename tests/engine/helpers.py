@@ -8,8 +8,9 @@ from typing import Callable, Sequence
 import pytest
 import torch
 
+from strata_engine.model.config import ModelConfig
 from strata_engine.model.kv_cache import KVCache
-from strata_engine.model.transformer import Transformer
+from strata_engine.model.transformer import MoE, Transformer
 
 ARCHITECTURES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe")
 COMMON = dict(
@@ -123,3 +124,28 @@ def native_op_fixtures(switch: str, getter: Callable[..., Callable | None], what
         return native_op_or_skip(getter, what)
 
     return the_op_serves, native
+
+
+def random_moe(experts: int, top_k: int, seed: int, hidden: int = 64, inter: int = 48) -> MoE:
+    """One qwen3_moe MoE layer (hidden 64, expert width 48 by default) with random weights of scale 0.3."""
+    config = ModelConfig(
+        architecture="qwen3_moe",
+        vocab_size=16,
+        hidden_size=hidden,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=96,
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=inter,
+        norm_topk_prob=True,
+        max_position_embeddings=64,
+    )
+    moe = MoE(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in moe.parameters():
+            param.copy_(torch.randn(param.shape, generator=g) * 0.3)
+    return moe

@@ -14,38 +14,17 @@ import re
 import pytest
 import torch
 
-from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import MoE
 from strata_engine.runtime.native import decode_experts
 
-from helpers import native_op_fixtures
+from helpers import native_op_fixtures, random_moe
 
 
 the_op_serves, native = native_op_fixtures(decode_experts.ENV, decode_experts.native_decode_experts, "decode experts")
 
 
-def _moe(experts: int = 8, top_k: int = 2, hidden: int = 64, inter: int = 48, seed: int = 0) -> MoE:
-    config = ModelConfig(
-        architecture="qwen3_moe",
-        vocab_size=16,
-        hidden_size=hidden,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=32,
-        intermediate_size=96,
-        num_experts=experts,
-        num_experts_per_tok=top_k,
-        moe_intermediate_size=inter,
-        norm_topk_prob=True,
-        max_position_embeddings=64,
-    )
-    moe = MoE(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in moe.parameters():
-            param.copy_(torch.randn(param.shape, generator=g) * 0.3)
-    return moe
+def _moe() -> MoE:
+    return random_moe(8, 2, seed=0)
 
 
 def _inputs(moe: MoE, rows: int, seed: int = 1):

@@ -12,39 +12,19 @@ import pytest
 import torch
 
 from strata_engine.model import load_model
-from strata_engine.model.config import ModelConfig
 from strata_engine.model.transformer import MoE
 from strata_engine.runtime.native import routed_experts
 from strata_engine.runtime.native.choice import install
 
-from helpers import greedy, native_op_fixtures
+from helpers import greedy, native_op_fixtures, random_moe
 
 
 the_op_serves, native = native_op_fixtures(routed_experts.ENV, routed_experts.native_routed_experts, "routed experts")
 
 
 def _moe(experts: int, top_k: int, seed: int, dtype=torch.float32) -> MoE:
-    config = ModelConfig(
-        architecture="qwen3_moe",
-        vocab_size=16,
-        hidden_size=64,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=32,
-        intermediate_size=96,
-        num_experts=experts,
-        num_experts_per_tok=top_k,
-        moe_intermediate_size=48,
-        norm_topk_prob=True,
-        max_position_embeddings=64,
-    )
-    moe = MoE(config)
+    moe = random_moe(experts, top_k, seed)
     moe.routed_experts = routed_experts.run_routed  # as the runtime installs it
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in moe.parameters():
-            param.copy_(torch.randn(param.shape, generator=g) * 0.3)
     return moe.to(dtype)
 
 
