@@ -10,7 +10,6 @@ before an engine is built) puts inductor's compile cache there too, a folder per
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -61,4 +60,4 @@ def compile_cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
 def keep_compile_cache() -> None:
     """The compiled step's caches in `cache_dir()/inductor/aten-LEVEL`, kept across reboots unlike torch's /tmp
     default, unless the variable is set; stage ranks inherit it. Called at the command line's edge, never on import."""
-    os.environ.setdefault(COMPILE_CACHE_ENV, str(compile_cache_dir(cache_dir() / "inductor")))
+    knobs.export_default(COMPILE_CACHE_ENV, str(compile_cache_dir(cache_dir() / "inductor")))

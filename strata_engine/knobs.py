@@ -1,10 +1,11 @@
 """Every STRATA_* environment variable the engine reads: one table (`KNOBS`), one reader (`read`), one rule.
 
 Unset or empty (after stripping) means the knob's default; any other value the knob does not accept raises
-ValueError naming the variable, the value and what it accepts. `environ(env)` is the environment readers see;
-`read_set` reads several at once (an engine's, at its start: resolved.py).
-Not knobs, so not here: runtime/stage_ranks/ranks.py hands the environment to stage ranks, mkl_mode asks MKL for
-its reproducible mode (through MKL's call, not the environment), and kernel_switches reads XDG_CACHE_HOME and sets TORCHINDUCTOR_CACHE_DIR (torch's own).
+ValueError naming the variable, the value and what it accepts. `environ(env)` is the environment readers see
+(and what stage ranks inherit: runtime/stage_ranks/ranks.py); `read_set` reads several at once (an engine's, at
+its start: resolved.py); `export_default` is the one write (kernel_switches sets TORCHINDUCTOR_CACHE_DIR, torch's
+own, at the command line's edge). This is the one module that touches os.environ (a test holds it); mkl_mode asks
+MKL for its reproducible mode through MKL's call, not the environment.
 """
 
 from __future__ import annotations
@@ -218,6 +219,12 @@ def epilog() -> str:
 def environ(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
     """`env`, or the process's environment where None."""
     return os.environ if env is None else env
+
+
+def export_default(name: str, value: str) -> None:
+    """Set variable `name` for this process and the processes it starts, unless it is set: for the command line's
+    edge only (a cache folder torch reads itself); nothing below it writes the environment."""
+    os.environ.setdefault(name, value)
 
 
 def read(name: str, env: Mapping[str, str] | None = None, default: Any = _MISSING) -> Any:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import torch.distributed as dist
 
+from ... import knobs
+
 STORE_TIMEOUT = datetime.timedelta(seconds=300)
 
 
@@ -42,7 +44,7 @@ class LocalRanks:
         store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=STORE_TIMEOUT, wait_for_workers=False)
         self.port = store.port
         env = {
-            **os.environ,
+            **knobs.environ(),  # the ranks inherit this process's environment, the knobs with it
             **self.extra_env,
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(self.port),
