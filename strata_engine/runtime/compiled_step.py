@@ -1,33 +1,25 @@
 """The compiled decode step: one stage's layers under torch.compile, for micro-batches of decode rows only.
 
-Contract: `CompiledDecode(model, layers, cache, is_first, is_last, row_tile, num_slots, threads, device,
-gemms)` compiles, in its constructor (the warm-up, before the stage says it is ready), one graph per row bucket a decode
-micro-batch of 1..num_slots rows can fall in: the rows padded to the row tile (CPU float32), else to a
-power of two. `run(part)` runs a part whose rows are one decode token each through the compiled graph
-and sets `part.hidden` / `part.logits` exactly as `stage_forward` would; it returns False, doing nothing,
-for any other part (prompt chunks, the mixed read's chunk-plus-rows), which the caller runs eagerly.
-`graphs` and `compile_s` say what the warm-up built.
+Contract: `CompiledDecode(model, layers, cache, is_first, is_last, row_tile, num_slots, threads, device, gemms)`
+compiles in its constructor (the warm-up, before the stage says it is ready) one graph per row bucket a decode
+micro-batch of 1..num_slots rows can fall in: the rows padded to the row tile (CPU float32), else to a power of
+two. `run(part)` runs a part of decode rows (one token each) through its graph and sets `part.hidden` /
+`part.logits` as `stage_forward` would; for any other part it returns False and does nothing (the caller runs
+it eagerly). `graphs` and `compile_s` say what the warm-up built.
 
-Applied from outside the model, as gpt-fast does: the graph is the blocks' own modules (norms,
-projections, rotary, router, experts) with static shapes; the per-row attention over each slot's own
-prefix, and its KV writes, run as one opaque op (`strata::decode_attention`: on the CPU in float32 one
-native call over every row, runtime/native/decode_attention.py; else eager inside, the same `attend_row` as the
-model's), so no host round trip is traced. MoE runs each row through its chosen experts in one opaque op
-(`strata::decode_experts`, runtime/native/decode_experts.py) where that op serves (CPU float32, raced at start),
-else every expert on every row with padding rows weighted 0 (the model's every-expert path, static). A row's logits do not depend on the rows beside it (one graph per bucket, row-local ops,
-padded GEMMs), but they are not bitwise the eager step's: inductor fuses the norms (5e-6 apart on
-strata-tiny-moe in a one-off comparison). So the mixed read, whose decode rows ride eager forwards, is not batch invariant
-with the compiled step on (`backends.build_torch` then drops the pipeline's `batch_invariant` claim).
+The graph is the blocks' own modules with static shapes, applied from outside the model as gpt-fast does; each
+layer's attention with its KV writes is one opaque op (`strata::decode_attention`, step_ops.py), and so is its
+MoE where the native decode experts serve (`strata::decode_experts`: each row through its chosen experts), else
+every expert runs on every row, padding rows weighted 0. A row's logits do not depend on the rows beside it
+(with `aten` GEMMs), but are not bitwise the eager step's, so the mixed read (decode rows in eager forwards)
+makes no batch-invariance claim with it (backends.build_torch).
 
-Its GEMMs (`gemms`: `RuntimeConfig.gemms`, `STRATA_COMPILED_GEMMS`): `aten` calls MKL through
-ATen (the plain layouts' default); `template` (the fastest layout's) compiles them
-with inductor's C++ GEMM template over frozen weights (`freezing`, `max_autotune` with the CPP backend alone,
-so no autotuning runs and every bucket takes the same kind of kernel; the experts' down projection becomes one GEMM
-over the routed weights concatenated, since the template has no batched-GEMM form). At 4 rows on one core the
-step takes 0.6-0.7x the `aten` one (docs/measurements/compiled-gemms.md); the cost is ~20 s more compiling per
-compiled step on a cold start (a warm one loads the graphs from inductor's FX graph cache, keyed by the weights
-and the CPU too: runtime/compile_cache.py) and one frozen copy of its layers' weights each. Its kernels round a row by its place in the micro-batch, so an engine with them claims no
-batch invariance (backends.build_torch).
+GEMMs (`RuntimeConfig.gemms`, `STRATA_COMPILED_GEMMS`): `aten` calls MKL through ATen (the plain layouts');
+`template` (the fastest layout's) compiles inductor's C++ GEMM template over frozen weights (no autotuning; the
+experts' down projections as one GEMM), faster at a few rows for a longer cold compile and a frozen weight copy
+per step; its kernels round a row by its place in the micro-batch, so no batch-invariance claim. Warm starts load
+the graphs from inductor's cache (compile_cache.py). Measured: docs/measurements/compiled-step.md,
+compiled-gemms.md, decode-experts.md.
 """
 
 from __future__ import annotations
@@ -53,9 +45,9 @@ from .stage_plan import StagePlan
 
 
 # Guards on tensors only (shapes, strides, dtypes: which bucket, which weight layout). Dynamo's default also
-# guards every module attribute and global the step reads, ~0.1 ms a call here (docs/MODEL.md); nothing of that changes after
-# the warm-up (each instance compiles its own code object for its own fixed model, cache and stage), and
-# a tensor that changes layout still recompiles.
+# guards every module attribute and global the step reads, ~0.1 ms a call here (docs/MODEL.md); nothing of that
+# changes after the warm-up (each instance compiles its own code object for its own fixed model, cache and
+# stage), and a tensor that changes layout still recompiles.
 GUARDS = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
 
 

@@ -1,17 +1,16 @@
 """Which path serves each native op on this machine: the op or the ATen calls it replaces, the faster one.
 
 Contract: `install(model)` sets the model's hooks to the native ops (`Attention.chunk_attention`,
-`Attention.decode_attention`, `Attention.kv_codec`, `MoE.routed_experts`), each asking at every call whether its op serves (its switch, the path chosen here, this
-machine's kept verdict), and builds or loads the ops the model takes; a model never installed runs ATen's
-paths. `choose(model, batch, threads, decode)` installs, then decides, for each native op the model uses
-(chunk attention, routed experts, with `decode` the compiled step's decode attention and decode experts, and with a q8 or k8v4
-`kv_dtype` the quantized decode attention and the kv codec), the path that
-serves in this process (build.serve) and returns per op its path and why. A switch set to 0 or 1 (kernel_switches) decides without measuring; auto (the default) races the op
-against its ATen path on the model's own shapes at the engine's thread count, A/B/B/A, and keeps the
-faster by the least time of each (the op on a tie). The verdict is cached per machine (`kernel-verdicts.json` in the cache folder),
-keyed by the CPU's flags, torch, the op's source and its -march, so later starts read it instead of
-racing, and every process on the machine serves the same path (the first verdict written wins; a process
-that never raced reads it too: build.py).
+`.decode_attention`, `.kv_codec`, `MoE.routed_experts`), each asking at every call whether its op serves (its
+switch, the path chosen here, this machine's kept verdict), and builds or loads the ops the model takes; a model
+never installed runs ATen's paths. `choose(model, batch, threads, decode, kv_dtype)` installs, then decides the
+serving path (build.serve) of each op the model uses: chunk attention and routed experts; with `decode` the
+compiled step's decode attention and decode experts; with a q8 or k8v4 `kv_dtype` the quantized decode attention
+and the kv codec. It returns per op its path and why. A switch at 0 or 1 (kernel_switches) decides without
+measuring; auto (the default) races the op against its ATen path on the model's shapes at the engine's thread
+count, A/B/B/A, and keeps the faster by the least time of each (the op on a tie). The verdict is kept per machine
+(`kernel-verdicts.json` in the cache folder), keyed by the CPU's flags, torch, the op's source and its -march:
+later starts read it, and every process on the machine serves the same path (the first verdict written wins).
 """
 
 from __future__ import annotations
