@@ -387,11 +387,22 @@ _PAGES: dict[str, object] = {
             (
                 r"^\.venv",
                 "env "
-                + " ".join(f"STRATA_{k}_KERNEL=0" for k in ("CHUNK", "EXPERT", "DECODE", "QUANT_DECODE", "KV_CODEC"))
+                + " ".join(
+                    f"STRATA_{k}_KERNEL=0"
+                    for k in ("CHUNK", "EXPERT", "DECODE", "DECODE_EXPERTS", "QUANT_DECODE", "KV_CODEC")
+                )
                 + " .venv",
             ),
             (r"--installed$", "--installed -- --executor sim"),
         )
+    ),
+    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_start.py --warm 2 --installed": Skip(
+        "builds the six native ops at -march=x86-64-v3 into empty folders and compiles the step three times (~3 min); "
+        "the --installed command above runs the script small"
+    ),
+    ".venv/bin/python benchmarks/bench_start.py --warm 2 --installed": Skip(
+        "builds the six native ops into empty folders and compiles the step three times (~2 min); the --installed "
+        "command above runs the script small"
     ),
     "STRATA_COMPILED_GEMMS=aten .venv/bin/python benchmarks/bench_start.py --warm 2 -- --batch 4": Run(
         ((r"--warm 2 -- --batch 4$", "--warm 0 -- --executor sim --batch 4"),)
