@@ -94,6 +94,8 @@ def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(native, layout):
 
 
 def test_the_thread_count_does_not_change_the_bits(native):
+    """The op runs serial today, so no thread count can move its bits: this guards a parallel version to come
+    (one that splits experts or rows over threads must keep each output's adds in the same order)."""
     moe = _moe()
     x, weights, experts = _inputs(moe, 8)
     gate_up, down = map(_columns, (moe.gate_up_proj, moe.down_proj))

@@ -73,6 +73,11 @@ def test_a_faster_op_serves_and_the_verdict_is_kept_for_the_next_start(model, mo
     first = choice.choose(model, 4, 1, decode=False)
     assert first["chunk attention"]["path"] == "native" and chunk_attention.native_chunk_attention() is not None
     asked = fake_clock(monkeypatch, native_s=9.0, aten_s=1e-3)  # a later start would measure otherwise
+
+    def no_arms(*args):
+        raise AssertionError("a kept verdict builds no race arms (some copy a layer's weights)")
+
+    monkeypatch.setattr(choice, "OPS", {k: (*op[:4], no_arms) for k, op in choice.OPS.items()})
     again = choice.choose(model, 4, 1, decode=False)
     assert asked == [] and again["chunk attention"]["path"] == "native"
     assert "measured earlier on this machine" in again["chunk attention"]["why"]

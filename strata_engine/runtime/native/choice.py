@@ -319,12 +319,12 @@ def choose(model, batch: int, threads: int | None, decode: bool, kv_dtype: str |
 
 
 def _verdict(label: str, name: str, source: str, arms_of, model, size: int, threads: int | None) -> dict:
-    arms, shapes = arms_of(model, size, name)
-    threads = threads or torch.get_num_threads()
     key = build.verdict_key(name, source, native_march())  # raced on this model's shapes, kept for the machine
     cached = build.read_verdicts().get(key)
     if cached is not None:
         return {**cached, "why": f"{cached['why']}; measured earlier on this machine"}
+    arms, shapes = arms_of(model, size, name)  # built on a miss only: some arms copy a layer's weights
+    threads = threads or torch.get_num_threads()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
