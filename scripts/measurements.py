@@ -15,10 +15,18 @@ way, from its kept JSON:
     (the script's markdown for that file; `--summary A.json B.json ...` a row per series and condition)
     <!-- end of report -->
 
+A benchmark script's own output is kept by running it under `record` (its command, this CPU, when, how long,
+and its standard output go to benchmarks/results/NAME.json) and renders the same way:
+
+    <!-- recorded benchmarks/results/NAME.json -->
+    (the command, the CPU and the output as the script printed it)
+    <!-- end of report -->
+
 `render` rewrites every such block from its command; `check` exits 1 naming each block whose text is not its
 command's output (the fast tests run it), so a number edited by hand, or a kept run that changed, is caught.
 
     .venv/bin/python scripts/measurements.py keep runs/engines-avx2 engines-avx2-quiet
+    .venv/bin/python scripts/measurements.py record import-rss -- .venv/bin/python benchmarks/bench_import_rss.py
     .venv/bin/python scripts/measurements.py render
     .venv/bin/python scripts/measurements.py check
 """
@@ -27,21 +35,26 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
 import re
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from strata_bench.cli import main as bench
+from strata_bench.provenance import ISA_ENV, cpu_line, utc_now
 from strata_bench.results import ResultsDir, ResultsError, keep
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "docs" / "measurements"
 RESULTS = ROOT / "benchmarks" / "results"
 BLOCK = re.compile(
-    r"(<!-- (?P<tool>strata-bench report|gate_under_load) (?P<args>[^\n]*?) -->\n)(?P<body>.*?)"
+    r"(<!-- (?P<tool>strata-bench report|gate_under_load|recorded) (?P<args>[^\n]*?) -->\n)(?P<body>.*?)"
     r"(<!-- end of report -->)",
     re.S,
 )
@@ -73,10 +86,62 @@ def gate_rendered(args: str) -> str:
     return module.markdown(argv)[0]
 
 
+def record(name: str, command: list[str]) -> tuple[int, Path | None]:
+    """Run `command` from the repository root, its output shown as it comes; on exit status 0 keep the command,
+    this CPU, when, how long and the standard output in benchmarks/results/NAME.json. Returns (status, path)."""
+    started, t0 = utc_now(), time.monotonic()
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as proc:
+        lines = []
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            lines.append(line)
+    if proc.returncode != 0:
+        return proc.returncode, None
+    path = RESULTS / f"{name}.json"
+    kept = {
+        "command": shlex.join(command),
+        "cpu": cpu_line(),
+        "cores": len(os.sched_getaffinity(0)),
+        "isa_env": {k: os.environ[k] for k in ISA_ENV if os.environ.get(k)},  # set outside the command
+        "started": started,
+        "seconds": round(time.monotonic() - t0, 1),
+        "stdout": "".join(lines),
+    }
+    path.write_text(json.dumps(kept, indent=1) + "\n")
+    return 0, path
+
+
+def recorded(args: str) -> str:
+    """A recorded run as a page shows it: the command, the CPU, when; then the output, as it is where the script
+    printed markdown tables, else in a text fence."""
+    path = ROOT / args.strip()
+    if not path.is_file():
+        raise ValueError(f"'recorded {args}': no such file")
+    kept = json.loads(path.read_text())
+    out = kept["stdout"].rstrip("\n")
+    markdown = any(line.startswith("|") for line in out.splitlines())
+    when = kept["started"].replace("T", " ")[:16] + " UTC"
+    env = "".join(f"{k}={v} " for k, v in kept.get("isa_env", {}).items())
+    head = f"`{env}{kept['command']}`\n\nCPU: {kept['cpu']}, {kept['cores']} cores; {when}, {kept['seconds']:.0f} s\n\n"
+    return head + (out if markdown else f"```text\n{out}\n```") + "\n"
+
+
 def block_output(match: re.Match) -> str:
-    if match.group("tool") == "gate_under_load":
+    tool = match.group("tool")
+    if tool == "gate_under_load":
         return gate_rendered(match.group("args"))
+    if tool == "recorded":
+        return recorded(match.group("args"))
     return rendered(match.group("args"))
+
+
+TABLE_ROW = re.compile(r"^\|", re.M)
+
+
+def typed_rows(page: Path) -> int:
+    """Table rows of `page` outside its rendered blocks: numbers typed by hand."""
+    text = BLOCK.sub("", page.read_text())
+    return len(TABLE_ROW.findall(text))
 
 
 def blocks(page: Path) -> list[re.Match]:
@@ -108,13 +173,32 @@ def main(argv: list[str] | None = None) -> int:
     kept = sub.add_parser("keep", help="copy a bench directory's JSON to benchmarks/results/NAME")
     kept.add_argument("run_dir", type=Path)
     kept.add_argument("name")
+    rec = sub.add_parser("record", help="run a benchmark command and keep its output in benchmarks/results/NAME.json")
+    rec.add_argument("name")
+    rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, run from the repository root")
+    sub.add_parser("typed", help="each page's table rows typed by hand (outside rendered blocks)")
     for name in ("render", "check"):
         one = sub.add_parser(name, help=f"{name} the report blocks of the pages (default: every page)")
         one.add_argument("pages", nargs="*", type=Path)
     args = parser.parse_args(argv)
+    if args.command in ("keep", "record") and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.name):
+        parser.error(f"NAME {args.name!r}: lowercase letters, digits, '.' and '-'")
+    if args.command == "record":
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not cmd:
+            parser.error("record NAME -- COMMAND: the command to run is missing")
+        status, path = record(args.name, cmd)
+        if path is None:
+            print(f"'{shlex.join(cmd)}' exited {status}: nothing kept", file=sys.stderr)
+            return status
+        print(f"kept {path.relative_to(ROOT)}; a page shows it under <!-- recorded {path.relative_to(ROOT)} -->")
+        return 0
+    if args.command == "typed":
+        for page in sorted(PAGES.glob("*.md")):
+            if typed_rows(page):
+                print(f"{typed_rows(page):5d}  {page.relative_to(ROOT)}")
+        return 0
     if args.command == "keep":
-        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.name):
-            parser.error(f"NAME {args.name!r}: lowercase letters, digits, '.' and '-'")
         try:
             dest = keep(ResultsDir(args.run_dir), RESULTS / args.name)
         except ResultsError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,44 @@ def test_a_gate_under_load_block_renders_from_its_kept_series_and_names_a_hand_e
     assert "| strata | 1 | quiet | 1.00 | PASS | 26 s |  |" in page.read_text()
     page.write_text(page.read_text().replace("| 26 s |", "| 20 s |"))
     assert len(measurements.stale(page)) == 1 and "gate_under_load --render" in measurements.stale(page)[0]
+
+
+def test_a_recorded_run_keeps_its_output_and_renders_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(measurements, "RESULTS", tmp_path)
+    table = "print('| arm | ms |'); print('|---|---:|'); print('| op | 1.25 |')"
+    status, kept = measurements.record("a-table", [sys.executable, "-c", table])
+    assert status == 0 and kept == tmp_path / "a-table.json" and "| op | 1.25 |" in capsys.readouterr().out
+    record = json.loads(kept.read_text())
+    assert record["stdout"].endswith("| op | 1.25 |\n") and record["cpu"] and record["cores"] >= 1
+    page = tmp_path / "page.md"
+    page.write_text(f"# x\n\n<!-- recorded {kept} -->\n<!-- end of report -->\n")
+    assert measurements.render_page(page) and measurements.stale(page) == []
+    assert "| op | 1.25 |" in page.read_text() and "-c" in page.read_text()
+    assert measurements.typed_rows(page) == 0  # rendered rows are not typed
+    page.write_text(page.read_text().replace("1.25", "1.05"))
+    assert len(measurements.stale(page)) == 1 and "recorded" in measurements.stale(page)[0]
+    assert measurements.typed_rows(page) == 0
+
+
+def test_a_failed_run_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(measurements, "RESULTS", tmp_path)
+    assert measurements.record("broken", [sys.executable, "-c", "print('| 1 |'); raise SystemExit(3)"]) == (3, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+# Pages whose tables are still typed by hand, from runs whose output was not kept. A page leaves this list when
+# its tables are rendered from kept runs (`scripts/measurements.py record`, `keep`); none joins it.
+TYPED = {
+    "agents.md", "batch-invariance.md", "bench-model.md", "chunk-kernel.md", "ci-time.md", "client-overhead.md",
+    "compiled-gemms.md", "decode-experts.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
+    "default-layout.md", "demo.md", "engines-table.md", "expert-kernel.md", "gate-under-load.md", "http-overhead.md",
+    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "kv-memory.md", "load-sweep.md", "merged-decode.md",
+    "pr2050-sim.md", "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
+    "verify-timing.md", "vs-aiperf.md", "vs-llama-server.md", "weight-layout.md", "whole-decode.md",
+}  # fmt: skip
+
+
+def test_no_page_joins_the_typed_ones_and_a_rendered_page_leaves_the_list():
+    typed = {page.name for page in measurements.PAGES.glob("*.md") if measurements.typed_rows(page)}
+    assert typed - TYPED == set(), "tables typed by hand: keep the run and render them (scripts/measurements.py)"
+    assert TYPED - typed == set(), "these pages render every table now: take them off TYPED"
