@@ -1,8 +1,8 @@
 """How the docs test checks each documented command (doc_commands.py reads them out of the docs): four kinds
 of check, and the rewrites and reasons the tables of checks share. Each command's check is in
-reference_checks.py when README.md or a docs/*.md page shows it, else in measurement_checks.py (a page of
-docs/measurements/). A command in the docs with no check fails the fast test, so the docs and their checks
-cannot drift.
+reference_checks.py when README.md or a docs/*.md page shows it, else in a *_measurement_checks.py module
+(a page of docs/measurements/; measurement_checks.py merges them). A command in the docs with no check
+fails the fast test, so the docs and their checks cannot drift.
 
 - `Run(rewrite)`: run it with bash in a scratch directory that links the repository's paths, after the
   listed rewrites (a smaller `--scale`, fewer `--repeat`s) so CI runs it in seconds, not minutes;
