@@ -1,5 +1,6 @@
 """The measuring half of bench_attention.py: arms timed alternating in one process, a float64 reference,
-the markdown rows, and a native op built as another git revision had it (`--against`)."""
+the markdown rows, a native op built as another git revision had it (`--against`), and the decode ops'
+arms over a micro-batch of cached rows with their errors (sections 3 and 5)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from strata_engine.kernel_switches import native_march  # noqa: E402
+from strata_engine.model.attention import attend_row  # noqa: E402
+from strata_engine.model.kv_cache import LayerKV  # noqa: E402
+from strata_engine.runtime import step_ops  # noqa: E402
 from strata_engine.runtime.native.build import build_from  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,3 +130,89 @@ def same_bits(arms: dict[str, Callable[[], torch.Tensor]]) -> bool:
 
 def max_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).abs().max())
+
+
+def decode_batch_arms(config, window: int | None, rows: int, base: int, generator: torch.Generator, native, old=None):
+    """Section 3's arms: `rows` decode rows at ~base (row i at base + 3i), a micro-batch padded to 8 over a
+    cache, A = the per-row ATen calls (or `old`, the op as another revision had it), B = the native op; and
+    each arm's largest difference from float64 math over a row's own keys (written by the call)."""
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    at = [base + 3 * i for i in range(rows)]
+    ctx = max(at) + 64
+    caches = [torch.randn(rows, kv_heads, ctx, head_dim, generator=generator) for _ in range(2)]
+    q, k, v = (torch.randn(8, h, head_dim, generator=generator) for h in (heads, kv_heads, kv_heads))
+    slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
+    w = -1 if window is None else window
+    arms = {
+        "A": lambda: step_ops.decode_attention(q, k, v, *caches, slots, positions, w, native=False),
+        "B": lambda: native(q, k, v, *caches, slots, positions, w),
+    }
+    if old is not None:
+        arms["A"] = lambda: old(q, k, v, *caches, slots, positions, w)
+    errors = []
+    for fn in arms.values():  # every row against plain float64 math over its own keys (written by the call)
+        out = fn()
+        errors.append(
+            max(
+                max_diff(
+                    out[i : i + 1].transpose(0, 1)[None],
+                    reference(
+                        q[i : i + 1].transpose(0, 1)[None],
+                        caches[0][i : i + 1, :, : at[i] + 1],
+                        caches[1][i : i + 1, :, : at[i] + 1],
+                        positions[i : i + 1],
+                        torch.arange(at[i] + 1),
+                        window,
+                    ),
+                )
+                for i in range(rows)
+            )
+        )
+    return arms, errors
+
+
+def quant_decode_arms(
+    config, window: int | None, fmt: str, rows: int, base: int, generator: torch.Generator, native, old=None
+):
+    """Section 5's arms: `rows` decode rows at ~base over a `fmt` quantized cache, A = each row's write, its
+    dequantized window and a flash call (or `old`, the op as another revision had it), B = the native op; and
+    each arm's largest difference from float64 math over the stored keys."""
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    at = [base + 3 * i for i in range(rows)]
+    kv = LayerKV(rows, kv_heads, max(at) + 64, head_dim, torch.float32, "cpu", None, fmt)
+    for slot, high in enumerate(at):
+        keys, values = (torch.randn(high, kv_heads, head_dim, generator=generator) for _ in "kv")
+        kv.write_row(slot, 0, keys, values)
+    q = torch.randn(rows, heads, head_dim, generator=generator)
+    k, v = (torch.randn(rows, kv_heads, head_dim, generator=generator) for _ in "kv")
+    spans = [(slot, max(0, high + 1 - (window or high + 1)), high + 1) for slot, high in enumerate(at)]
+    slots, lows, highs = (list(column) for column in zip(*spans))
+    parts = kv.parts
+    v_min = parts.get("v_min", torch.empty(0))
+
+    def call(op):
+        return op(q, k, v, parts["k"], parts["k_scale"], parts["v"], parts["v_scale"], v_min, slots, lows, highs)
+
+    def aten():
+        out = []
+        for i, (slot, low, high) in enumerate(spans):
+            kv.write_row(slot, high - 1, k[i : i + 1], v[i : i + 1])
+            keys, values = kv.read(slot, low, high)
+            out.append(attend_row(q[i : i + 1].transpose(0, 1)[None], keys, values, torch.tensor([high - 1]), False))
+        return torch.cat([o[0].transpose(0, 1) for o in out])
+
+    arms = {"A": (lambda: call(old)) if old is not None else aten, "B": lambda: call(native)}
+    arms["B"]()  # the rows' new keys and values stored (every arm stores the same bits), then the reference
+    ref = torch.stack(
+        [
+            reference(
+                q[i : i + 1].transpose(0, 1)[None],
+                *kv.read(slot, low, high),
+                torch.tensor([high - 1]),
+                torch.arange(low, high),
+                None,
+            )[0, :, 0]
+            for i, (slot, low, high) in enumerate(spans)
+        ]
+    )
+    return arms, [max_diff(fn(), ref) for fn in arms.values()]

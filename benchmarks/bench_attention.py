@@ -55,16 +55,16 @@ from strata_bench.provenance import cpu_flags, cpu_line  # noqa: E402
 from strata_engine.model import load_model  # noqa: E402
 from strata_engine.model.attention import band_window_chunk, flash_cpu, attend_row  # noqa: E402
 from strata_engine.runtime.native.chunk_attention import attend_chunk, native_chunk_attention  # noqa: E402
-from strata_engine.runtime import step_ops  # noqa: E402
 from strata_engine.runtime.native.decode_attention import native_decode_attention  # noqa: E402
 from strata_engine.runtime.native.quant_decode_attention import native_quant_decode_attention  # noqa: E402
-from strata_engine.model.kv_cache import LayerKV  # noqa: E402
 from attention_arms import (  # noqa: E402
     alternate,
+    decode_batch_arms,
     header,
     ints,
     max_diff,
     op_at,
+    quant_decode_arms,
     reference,
     row,
     row_inputs,
@@ -290,41 +290,10 @@ def decode_op(config, window: int | None, args, generator: torch.Generator) -> N
         old = op_at(args.against, "decode_attention.cpp", "strata_decode_attention", "decode_attention")
         a_name = f"A at {args.against}"
         print(f"(with --against: A = the native op as {args.against} had it)\n")
-    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
     print(header("rows at position", a_name, "B native", bits=old is not None))
     for rows in ints(args.decode_rows):
         for base in ints(args.decode_positions):
-            at = [base + 3 * i for i in range(rows)]
-            ctx = max(at) + 64
-            caches = [torch.randn(rows, kv_heads, ctx, head_dim, generator=generator) for _ in range(2)]
-            q, k, v = (torch.randn(8, h, head_dim, generator=generator) for h in (heads, kv_heads, kv_heads))
-            slots, positions = torch.tensor(list(range(rows)) + [-1] * (8 - rows)), torch.tensor(at + [0] * (8 - rows))
-            w = -1 if window is None else window
-            arms = {
-                "A": lambda: step_ops.decode_attention(q, k, v, *caches, slots, positions, w, native=False),
-                "B": lambda: native(q, k, v, *caches, slots, positions, w),
-            }
-            if old is not None:
-                arms["A"] = lambda: old(q, k, v, *caches, slots, positions, w)
-            errors = []
-            for fn in arms.values():  # every row against plain float64 math over its own keys (written by the call)
-                out = fn()
-                errors.append(
-                    max(
-                        max_diff(
-                            out[i : i + 1].transpose(0, 1)[None],
-                            reference(
-                                q[i : i + 1].transpose(0, 1)[None],
-                                caches[0][i : i + 1, :, : at[i] + 1],
-                                caches[1][i : i + 1, :, : at[i] + 1],
-                                positions[i : i + 1],
-                                torch.arange(at[i] + 1),
-                                window,
-                            ),
-                        )
-                        for i in range(rows)
-                    )
-                )
+            arms, errors = decode_batch_arms(config, window, rows, base, generator, native, old)
             samples = alternate(arms, args.repeats, args.warmup, args.sample_ms)
             print(row(f"{rows} at ~{base:,}", samples, errors, same_bits(arms) if old is not None else None))
 
@@ -344,55 +313,11 @@ def quant_decode_op(config, window: int | None, args, generator: torch.Generator
         )
         a_name, a_what = f"A at {args.against}", f"A = the native op as {args.against} had it"
     print(f"\n5. Decode rows over a quantized cache (their writes included): {a_what}, B = the native op\n")
-    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
     for fmt in ("q8", "k8v4"):
         print(header(f"{fmt}: rows at position", a_name, "B native", bits=old is not None))
         for rows in ints(args.decode_rows):
             for base in ints(args.decode_positions):
-                at = [base + 3 * i for i in range(rows)]
-                kv = LayerKV(rows, kv_heads, max(at) + 64, head_dim, torch.float32, "cpu", None, fmt)
-                for slot, high in enumerate(at):
-                    keys, values = (torch.randn(high, kv_heads, head_dim, generator=generator) for _ in "kv")
-                    kv.write_row(slot, 0, keys, values)
-                q = torch.randn(rows, heads, head_dim, generator=generator)
-                k, v = (torch.randn(rows, kv_heads, head_dim, generator=generator) for _ in "kv")
-                spans = [(slot, max(0, high + 1 - (window or high + 1)), high + 1) for slot, high in enumerate(at)]
-                slots, lows, highs = (list(column) for column in zip(*spans))
-                parts = kv.parts
-                v_min = parts.get("v_min", torch.empty(0))
-
-                def call(op):
-                    return op(
-                        q, k, v, parts["k"], parts["k_scale"], parts["v"], parts["v_scale"], v_min, slots, lows, highs
-                    )
-
-                def aten():
-                    out = []
-                    for i, (slot, low, high) in enumerate(spans):
-                        kv.write_row(slot, high - 1, k[i : i + 1], v[i : i + 1])
-                        keys, values = kv.read(slot, low, high)
-                        out.append(
-                            attend_row(
-                                q[i : i + 1].transpose(0, 1)[None], keys, values, torch.tensor([high - 1]), False
-                            )
-                        )
-                    return torch.cat([o[0].transpose(0, 1) for o in out])
-
-                arms = {"A": (lambda: call(old)) if old is not None else aten, "B": lambda: call(native)}
-                arms["B"]()  # the rows' new keys and values stored (every arm stores the same bits), then the reference
-                ref = torch.stack(
-                    [
-                        reference(
-                            q[i : i + 1].transpose(0, 1)[None],
-                            *kv.read(slot, low, high),
-                            torch.tensor([high - 1]),
-                            torch.arange(low, high),
-                            None,
-                        )[0, :, 0]
-                        for i, (slot, low, high) in enumerate(spans)
-                    ]
-                )
-                errors = [max_diff(fn(), ref) for fn in arms.values()]
+                arms, errors = quant_decode_arms(config, window, fmt, rows, base, generator, native, old)
                 samples = alternate(arms, args.repeats, args.warmup, args.sample_ms)
                 print(row(f"{rows} at ~{base:,}", samples, errors, same_bits(arms) if old is not None else None))
 
