@@ -122,7 +122,8 @@ def recorded(args: str) -> str:
     markdown = any(line.startswith("|") for line in out.splitlines())
     when = kept["started"].replace("T", " ")[:16] + " UTC"
     env = "".join(f"{k}={v} " for k, v in kept.get("isa_env", {}).items())
-    head = f"`{env}{kept['command']}`\n\nCPU: {kept['cpu']}, {kept['cores']} cores; {when}, {kept['seconds']:.0f} s\n\n"
+    cpu = "" if kept["cpu"] in out else f"CPU: {kept['cpu']}, "  # most scripts print the line themselves
+    head = f"`{env}{kept['command']}`\n\n{cpu}{kept['cores']} cores; {when}, {kept['seconds']:.0f} s\n\n"
     return head + (out if markdown else f"```text\n{out}\n```") + "\n"
 
 

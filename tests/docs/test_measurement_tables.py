@@ -119,7 +119,7 @@ TYPED = {
     "agents.md", "batch-invariance.md", "bench-model.md", "chunk-kernel.md", "ci-time.md", "client-overhead.md",
     "compiled-gemms.md", "decode-experts.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
     "default-layout.md", "demo.md", "engines-table.md", "expert-kernel.md", "gate-under-load.md", "http-overhead.md",
-    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "kv-memory.md", "load-sweep.md", "merged-decode.md",
+    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "load-sweep.md", "merged-decode.md",
     "pr2050-sim.md", "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
     "verify-timing.md", "vs-aiperf.md", "vs-llama-server.md", "weight-layout.md", "whole-decode.md",
 }  # fmt: skip
