@@ -35,7 +35,8 @@ def build_torch(resolved: Resolved) -> Backend:
     from .model.tokenizer import load_tokenizer
     from .model.weights import build_model
     from .runtime.native.choice import choose as choose_kernels
-    from .runtime.pipeline import Pipeline, split_layers
+    from .runtime.pipeline import Pipeline
+    from .runtime.built_stage import split_layers
     from .executors.torch_executor import TorchExecutor
 
     config, sched, runtime, stages, dtype = (

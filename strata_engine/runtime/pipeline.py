@@ -1,7 +1,7 @@
-"""The layer split and the pipeline stages, applied to a built model from outside the model file.
+"""The pipeline stages, applied to a built model from outside the model file.
 
-`split_layers` moves each stage's layers (and embed / final norm + head) to the device of its plan
-(stage_plan.py). A `Pipeline` runs one worker thread per stage (thread_stage.py):
+The model comes placed by `split_layers` (built_stage.py: each stage's layers on the device of its plan,
+stage_plan.py). A `Pipeline` runs one worker thread per stage (thread_stage.py):
 micro-batches enter stage 0 and flow stage to stage through queues, so stage 0 can work on one
 micro-batch while stage 1 works on the previous one. Only the last stage produces logits. A part is
 ragged (`Part.ragged`: prompt chunks and decode rows in one forward); each stage runs it through
@@ -23,22 +23,12 @@ import torch
 from ..model.rows import Rows
 from ..runtime_config import RuntimeConfig
 from .invariance import apply_row_tile, default_row_tile, invariance_holds
-from .compiled_step import compile_info, compiled_stage, whole_decode
-from ..model.kv_cache import KVCache
+from .compiled_step import compile_info, whole_decode
 from .prefix_copies import PrefixCopy
 from .thread_probe import stage_threads_agree
 from .thread_stage import Stage
+from .built_stage import BuiltStage
 from .stage_plan import StagePlan
-
-
-def split_layers(model: torch.nn.Module, stages: Sequence[StagePlan], dtype: torch.dtype) -> None:
-    """Place embed on the first stage's device, each layer on its stage's, norm and head on the last's."""
-    model.embed_tokens.to(device=stages[0].device, dtype=dtype)
-    for stage in stages:
-        for i in stage.layers:
-            model.layers[i].to(device=stage.device, dtype=dtype)
-    model.norm.to(device=stages[-1].device, dtype=dtype)
-    model.lm_head.to(device=stages[-1].device, dtype=dtype)
 
 
 @dataclass(eq=False)
@@ -122,19 +112,14 @@ class Pipeline:
                 for i, plan in enumerate(stages)
             )
         )
-        config = model.config
         queues = [queue.Queue() for _ in range(len(stages) + 1)]
         self._inbox, self._done = queues[0], queues[-1]
-        self.caches = [
-            KVCache(config, num_slots, ctx, dtype, plan.device, layers=plan.layers, kv_dtype=kv_dtype)
-            for plan in stages
+        built_stages = [
+            BuiltStage.build(model, plan, i == 0, i == len(stages) - 1, num_slots, ctx, dtype, runtime, kv_dtype)
+            for i, plan in enumerate(stages)
         ]
-        compiled = [
-            compiled_stage(model, plan, cache, i == 0, i == len(stages) - 1, num_slots, runtime)
-            if runtime.compile
-            else None
-            for i, (plan, cache) in enumerate(zip(stages, self.caches))
-        ]
+        self.caches = [b.cache for b in built_stages]
+        compiled = [b.compiled for b in built_stages]
         # The whole decode: where every stage is on one CPU, a decode micro-batch sent into an empty pipeline runs
         # every layer in one compiled call on the first stage's thread, with no hand-over between stages (which
         # costs more than the rows on a 2-core machine: docs/measurements/whole-decode.md). Its graphs are one

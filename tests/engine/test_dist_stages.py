@@ -19,7 +19,8 @@ from strata_engine.runtime.stage_ranks.stage import StageSpec
 from strata_engine.runtime.stage_ranks.wire import Kind, StageError, WirePart, decode, encode
 from strata_engine.runtime.invariance import default_row_tile
 from strata_engine.runtime.native.choice import choose as choose_kernels
-from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline, split_layers
+from strata_engine.runtime.pipeline import MicroBatch, Part, Pipeline
+from strata_engine.runtime.built_stage import split_layers
 from strata_engine.runtime.stage_plan import plan_stages
 from strata_engine.runtime_config import RuntimeConfig
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from ...heap import hand_back
 from ...runtime_config import RuntimeConfig
-from ..compiled_step import compiled_stage
+from ..built_stage import BuiltStage, drop_other_stages, place_stage
 from ..invariance import apply_row_tile, invariance_holds
 from ..pipeline import Part
 from ..stage_plan import StagePlan
@@ -84,38 +84,24 @@ def make_group(store, rank: int, world_size: int, generation: int = 0):
 
 
 def build_stage(spec: StageSpec):
-    """Load the model on CPU in float32 and keep this stage's parts, cast as build_torch + split_layers do;
-    returns the model, this stage's KV cache and its compiled step (None without spec.runtime.compile)."""
-    from ...model.kv_cache import KVCache
+    """Load the model on CPU in float32 and keep this stage's parts only, placed as split_layers places them
+    (built_stage.py); returns the model, this stage's KV cache and its compiled step (None without
+    spec.runtime.compile)."""
     from ...model.weights import load_model
     from ..native.choice import choose as choose_kernels
 
     dtype = getattr(torch, spec.dtype)
-    device = spec.device
-    model, config = load_model(spec.model, device="cpu", dtype=torch.float32)
+    model, _ = load_model(spec.model, device="cpu", dtype=torch.float32)
     runtime = spec.runtime
     choose_kernels(model, spec.num_slots, runtime.threads, decode=runtime.compile, kv_dtype=spec.kv_dtype)
-    for i in range(config.num_layers):
-        if spec.layer_start <= i < spec.layer_end:
-            model.layers[i].to(device=device, dtype=dtype)
-        else:
-            model.layers[i] = torch.nn.Identity()  # another stage's layer: drop its weights
-    if spec.is_first:
-        model.embed_tokens.to(device=device, dtype=dtype)
-    if spec.is_last:
-        model.norm.to(device=device, dtype=dtype)
-        model.lm_head.to(device=device, dtype=dtype)  # may share its weight with embed_tokens (tied)
-    if not spec.is_first:
-        model.embed_tokens = None
-    if not spec.is_last:
-        model.norm = model.lm_head = None
+    drop_other_stages(model, spec.plan, spec.is_first, spec.is_last)
+    place_stage(model, spec.plan, dtype, spec.is_first, spec.is_last)
     model.eval()
     apply_row_tile(model, runtime.row_tile)
-    cache = KVCache(config, spec.num_slots, spec.ctx, dtype, device, layers=spec.plan.layers, kv_dtype=spec.kv_dtype)
-    compiled = None
-    if runtime.compile:
-        compiled = compiled_stage(model, spec.plan, cache, spec.is_first, spec.is_last, spec.num_slots, runtime)
-    return model, cache, compiled
+    built = BuiltStage.build(
+        model, spec.plan, spec.is_first, spec.is_last, spec.num_slots, spec.ctx, dtype, runtime, spec.kv_dtype
+    )
+    return model, built.cache, built.compiled
 
 
 def run_part(spec: StageSpec, model, cache, wire: WirePart, compiled=None) -> WirePart:
