@@ -112,19 +112,29 @@ def record(name: str, command: list[str]) -> tuple[int, Path | None]:
 
 
 def recorded(args: str) -> str:
-    """A recorded run as a page shows it: the command, the CPU, when; then the output, as it is where the script
-    printed markdown tables, else in a text fence."""
+    """A recorded run as a page shows it: the command, the CPU, when; then the output, its markdown tables as
+    they are and every other run of lines in a text fence."""
     path = ROOT / args.strip()
     if not path.is_file():
         raise ValueError(f"'recorded {args}': no such file")
     kept = json.loads(path.read_text())
     out = kept["stdout"].rstrip("\n")
-    markdown = any(line.startswith("|") for line in out.splitlines())
     when = kept["started"].replace("T", " ")[:16] + " UTC"
     env = "".join(f"{k}={v} " for k, v in kept.get("isa_env", {}).items())
     cpu = "" if kept["cpu"] in out else f"CPU: {kept['cpu']}, "  # most scripts print the line themselves
-    head = f"`{env}{kept['command']}`\n\n{cpu}{kept['cores']} cores; {when}, {kept['seconds']:.0f} s\n\n"
-    return head + (out if markdown else f"```text\n{out}\n```") + "\n"
+    parts = [f"`{env}{kept['command']}`", f"{cpu}{kept['cores']} cores; {when}, {kept['seconds']:.0f} s"]
+    runs: list[tuple[bool, list[str]]] = []
+    for line in out.splitlines():
+        table = line.startswith("|")
+        if runs and runs[-1][0] == table:
+            runs[-1][1].append(line)
+        else:
+            runs.append((table, [line]))
+    for table, lines in runs:
+        text = "\n".join(lines).strip("\n")
+        if text:
+            parts.append(text if table else f"```text\n{text}\n```")
+    return "\n\n".join(parts) + "\n"
 
 
 def block_output(match: re.Match) -> str:
