@@ -7,8 +7,13 @@ libraries) from /proc/self/status. The steps: bare python; `import torch`; torch
 decode step loads); the package with what `strata-engine serve` imports to serve (its command, the HTTP server,
 the engine). Prints a markdown table of what each step adds and the total, with the CPU.
 
+With --aot, the compiler's step is replaced by what serving an ahead-of-time compiled graph would hold: a small
+graph is compiled into a package first (in its own interpreter, untimed), and the step loads and runs it with
+torch's C++ runner (`torch._C._aoti.AOTIModelPackageLoader`), which imports neither dynamo nor inductor.
+
   .venv/bin/python benchmarks/bench_import_rss.py
   .venv/bin/python benchmarks/bench_import_rss.py --repeats 5
+  .venv/bin/python benchmarks/bench_import_rss.py --aot
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -39,6 +45,18 @@ STEPS = (
         "`strata_engine` and what `serve` imports (cli.serve, server.run, engine)",
         "import strata_engine, strata_engine.cli.serve, strata_engine.server.run, strata_engine.engine",
     ),
+)
+AOT_BUILD = """
+import sys, torch, torch._inductor
+layer = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.SiLU(), torch.nn.Linear(1024, 256))
+program = torch.export.export(layer.eval(), (torch.randn(4, 256),))
+torch._inductor.aoti_compile_and_package(program, package_path=sys.argv[1])
+"""
+AOT_STEP = (
+    "an ahead-of-time compiled graph, loaded and run by torch's C++ runner (no compiler imported)",
+    "import sys, torch\n"
+    "torch._C._aoti.AOTIModelPackageLoader({package!r}, 'model', False, 1, -1).run([torch.randn(4, 256)])\n"
+    "assert 'torch._inductor' not in sys.modules and 'torch._dynamo' not in sys.modules",
 )
 READ = """
 import json
@@ -66,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Steps: " + "; ".join(label for label, _ in STEPS) + ". Linux only (/proc/self/status).",
     )
     parser.add_argument(
+        "--aot", action="store_true", help="the compiler's step replaced by loading an AOT-compiled graph (see above)"
+    )
+    parser.add_argument(
         "--repeats", type=int, default=1, help="interpreters per step; the table shows the median (default 1)"
     )
     args = parser.parse_args(argv)
@@ -73,8 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be at least 1")
     if not Path("/proc/self/status").exists():
         raise SystemExit("needs Linux's /proc/self/status")
+    steps = STEPS
+    if args.aot:
+        package = Path(tempfile.mkdtemp(prefix="bench-import-rss-")) / "graph.pt2"
+        subprocess.run([sys.executable, "-c", AOT_BUILD, str(package)], check=True, capture_output=True, timeout=900)
+        label, code = AOT_STEP
+        steps = tuple((label, code.format(package=str(package))) if "compiler" in s[0] else s for s in STEPS)
     rows, before, imports = [], {"VmRSS": 0, "RssAnon": 0}, []
-    for label, code in STEPS:
+    for label, code in steps:
         imports += [code] if code else []
         samples = [measure("\n".join(imports)) for _ in range(args.repeats)]
         now = {k: statistics.median(s[k] for s in samples) for k in ("VmRSS", "RssAnon")}

@@ -74,6 +74,7 @@ KV_CHECKS: dict[str, object] = {
         )
     ),
     ".venv/bin/python benchmarks/bench_import_rss.py": Run(),
+    ".venv/bin/python benchmarks/bench_import_rss.py --aot": Run(timeout=900),
     # docs/measurements/README.md: keeping a script's output
     ".venv/bin/python scripts/measurements.py record import-rss -- .venv/bin/python benchmarks/bench_import_rss.py": Skip(
         "rewrites the kept benchmarks/results/import-rss.json that kv-memory.md renders; the command inside runs "
