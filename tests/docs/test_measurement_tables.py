@@ -117,7 +117,7 @@ def test_a_failed_run_keeps_nothing(tmp_path, monkeypatch):
 # its tables are rendered from kept runs (`scripts/measurements.py record`, `keep`); none joins it.
 TYPED = {
     "agents.md", "batch-invariance.md", "bench-model.md", "chunk-kernel.md", "ci-time.md", "client-overhead.md",
-    "compiled-gemms.md", "decode-experts.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
+    "compiled-gemms.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
     "default-layout.md", "demo.md", "engines-table.md", "expert-kernel.md", "gate-under-load.md", "http-overhead.md",
     "intel-xeon.md", "isa-levels.md", "kv-formats.md", "load-sweep.md", "merged-decode.md",
     "pr2050-sim.md", "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
