@@ -111,25 +111,43 @@ def record(name: str, command: list[str]) -> tuple[int, Path | None]:
     return 0, path
 
 
+SEPARATOR = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
+
+
 def recorded(args: str) -> str:
     """A recorded run as a page shows it: the command, the CPU, when; then the output, its markdown tables as
     they are and every other run of lines in a text fence."""
-    path = ROOT / args.strip()
+    argv = shlex.split(args)  # FILE [--lines REGEX]: only the output's lines REGEX finds
+    path = ROOT / argv[0] if argv else ROOT
     if not path.is_file():
         raise ValueError(f"'recorded {args}': no such file")
     kept = json.loads(path.read_text())
     out = kept["stdout"].rstrip("\n")
+    if argv[1:2] == ["--lines"] and len(argv) == 3:
+        out = "\n".join(line for line in out.splitlines() if re.search(argv[2], line))
+    elif len(argv) > 1:
+        raise ValueError(f"'recorded {args}': FILE, then optionally --lines REGEX")
     when = kept["started"].replace("T", " ")[:16] + " UTC"
     env = "".join(f"{k}={v} " for k, v in kept.get("isa_env", {}).items())
     cpu = "" if kept["cpu"] in out else f"CPU: {kept['cpu']}, "  # most scripts print the line themselves
     parts = [f"`{env}{kept['command']}`", f"{cpu}{kept['cores']} cores; {when}, {kept['seconds']:.0f} s"]
-    runs: list[tuple[bool, list[str]]] = []
+
+    def row(line: str) -> bool:  # "| a | b |"; "|x| (ms): ..." is text
+        return line.startswith("|") and line.rstrip().endswith("|")
+
+    groups: list[list[str]] = []  # runs of table rows, and runs of other lines
     for line in out.splitlines():
-        table = line.startswith("|")
-        if runs and runs[-1][0] == table:
-            runs[-1][1].append(line)
+        if groups and row(groups[-1][0]) == row(line):
+            groups[-1].append(line)
         else:
-            runs.append((table, [line]))
+            groups.append([line])
+    runs: list[tuple[bool, list[str]]] = []  # a table has its separator row
+    for lines in groups:
+        table = row(lines[0]) and any(SEPARATOR.match(line) for line in lines)
+        if runs and not table and not runs[-1][0]:
+            runs[-1][1].extend(lines)
+        else:
+            runs.append((table, lines))
     for table, lines in runs:
         text = "\n".join(lines).strip("\n")
         if text:

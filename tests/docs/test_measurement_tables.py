@@ -92,15 +92,16 @@ def test_a_gate_under_load_block_renders_from_its_kept_series_and_names_a_hand_e
 
 def test_a_recorded_run_keeps_its_output_and_renders_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(measurements, "RESULTS", tmp_path)
-    table = "print('| arm | ms |'); print('|---|---:|'); print('| op | 1.25 |')"
+    table = "print('| arm | ms |'); print('|---|---:|'); print('| op | 1.25 |'); print('|err| (ms): p50=0.5')"
     status, kept = measurements.record("a-table", [sys.executable, "-c", table])
     assert status == 0 and kept == tmp_path / "a-table.json" and "| op | 1.25 |" in capsys.readouterr().out
     record = json.loads(kept.read_text())
-    assert record["stdout"].endswith("| op | 1.25 |\n") and record["cpu"] and record["cores"] >= 1
+    assert "| op | 1.25 |\n" in record["stdout"] and record["cpu"] and record["cores"] >= 1
     page = tmp_path / "page.md"
     page.write_text(f"# x\n\n<!-- recorded {kept} -->\n<!-- end of report -->\n")
     assert measurements.render_page(page) and measurements.stale(page) == []
     assert "| op | 1.25 |" in page.read_text() and "-c" in page.read_text()
+    assert "```text\n|err| (ms): p50=0.5\n```" in page.read_text()  # no separator row: a line of text
     assert measurements.typed_rows(page) == 0  # rendered rows are not typed
     page.write_text(page.read_text().replace("1.25", "1.05"))
     assert len(measurements.stale(page)) == 1 and "recorded" in measurements.stale(page)[0]
@@ -116,12 +117,12 @@ def test_a_failed_run_keeps_nothing(tmp_path, monkeypatch):
 # Pages whose tables are still typed by hand, from runs whose output was not kept. A page leaves this list when
 # its tables are rendered from kept runs (`scripts/measurements.py record`, `keep`); none joins it.
 TYPED = {
-    "agents.md", "batch-invariance.md", "bench-model.md", "chunk-kernel.md", "ci-time.md", "client-overhead.md",
+    "agents.md", "batch-invariance.md", "bench-model.md", "chunk-kernel.md", "ci-time.md",
     "compiled-gemms.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
-    "default-layout.md", "demo.md", "engines-table.md", "expert-kernel.md", "gate-under-load.md", "http-overhead.md",
-    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "load-sweep.md", "merged-decode.md",
+    "default-layout.md", "demo.md", "engines-table.md", "gate-under-load.md",
+    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "merged-decode.md",
     "pr2050-sim.md", "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
-    "verify-timing.md", "vs-aiperf.md", "vs-llama-server.md", "weight-layout.md", "whole-decode.md",
+    "vs-aiperf.md", "vs-llama-server.md", "whole-decode.md",
 }  # fmt: skip
 
 
