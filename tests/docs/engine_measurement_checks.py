@@ -145,4 +145,7 @@ ENGINE_CHECKS: dict[str, object] = {
     ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out bench-out/vs-llama-server --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm mixed='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -b 512 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"": Skip(
         LLAMA_SERVER
     ),
+    # docs/measurements/verify-timing.md
+    ".venv/bin/strata-verify interleave --scale 0.05": Run(),
+    ".venv/bin/strata-verify answers": Run(),
 }
