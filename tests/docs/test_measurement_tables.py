@@ -120,7 +120,7 @@ TYPED = {
     "agents.md", "bench-model.md", "chunk-kernel.md", "ci-time.md",
     "compiled-gemms.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
     "default-layout.md", "demo.md", "engines-table.md", "gate-under-load.md",
-    "intel-xeon.md", "isa-levels.md", "kv-formats.md", "merged-decode.md",
+    "intel-xeon.md", "isa-levels.md", "kv-formats.md",
     "pr2050-sim.md", "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
     "vs-aiperf.md", "vs-llama-server.md", "whole-decode.md",
 }  # fmt: skip
