@@ -69,6 +69,9 @@ ENGINE_CHECKS: dict[str, object] = {
         MINUTES
     ),
     # docs/measurements/engines-table.md
+    ".venv/bin/strata-bench preset engines --arms strata-default,strata-release,vllm,llama-server --repeat 3 --out runs/engines-table-intel": Skip(
+        "36 engine runs with vLLM and llama-server, ~8 min quiet; tests/bench/test_preset_engines.py checks its arms"
+    ),
     ".venv/bin/strata-bench preset engines --arms strata-release,strata-fastest,strata-fastest-mkl,vllm,llama-server --repeat 3 --out runs/engines-chunk": Skip(
         "45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"
     ),
