@@ -121,7 +121,7 @@ TYPED = {
     "compiled-gemms.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
     "default-layout.md", "demo.md", "engines-table.md", "gate-under-load.md",
     "intel-xeon.md", "isa-levels.md", "kv-formats.md",
-    "read-chunk.md", "read-modes.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
+    "read-chunk.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
     "vs-aiperf.md", "vs-llama-server.md", "whole-decode.md",
 }  # fmt: skip
 
