@@ -117,12 +117,10 @@ def test_a_failed_run_keeps_nothing(tmp_path, monkeypatch):
 # Pages whose tables are still typed by hand, from runs whose output was not kept. A page leaves this list when
 # its tables are rendered from kept runs (`scripts/measurements.py record`, `keep`); none joins it.
 TYPED = {
-    "agents.md", "bench-model.md", "chunk-kernel.md", "ci-time.md",
-    "compiled-gemms.md", "decode-kernel.md", "decode-step.md", "decode-threads.md",
-    "default-layout.md", "demo.md", "engines-table.md", "gate-under-load.md",
-    "intel-xeon.md", "isa-levels.md", "kv-formats.md",
-    "read-chunk.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md",
-    "vs-aiperf.md", "vs-llama-server.md", "whole-decode.md",
+    "agents.md", "bench-model.md", "chunk-kernel.md", "ci-time.md", "decode-step.md", "decode-threads.md",
+    "default-layout.md", "demo.md", "engines-table.md", "gate-under-load.md", "intel-xeon.md", "isa-levels.md",
+    "kv-formats.md", "read-chunk.md", "spec-sizes-cpu.md", "stage-workers.md", "start-up.md", "vs-aiperf.md",
+    "vs-llama-server.md", "whole-decode.md",
 }  # fmt: skip
 
 
