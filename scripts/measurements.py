@@ -114,6 +114,11 @@ def record(name: str, command: list[str]) -> tuple[int, Path | None]:
 SEPARATOR = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
 
 
+def table_row(line: str) -> bool:
+    """A markdown table's row: "| a | b |". A line such as "|x| (ms): ..." is text."""
+    return line.startswith("|") and line.rstrip().endswith("|")
+
+
 def recorded(args: str) -> str:
     """A recorded run as a page shows it: the command, the CPU, when; then the output, its markdown tables as
     they are and every other run of lines in a text fence."""
@@ -132,18 +137,15 @@ def recorded(args: str) -> str:
     cpu = "" if kept["cpu"] in out else f"CPU: {kept['cpu']}, "  # most scripts print the line themselves
     parts = [f"`{env}{kept['command']}`", f"{cpu}{kept['cores']} cores; {when}, {kept['seconds']:.0f} s"]
 
-    def row(line: str) -> bool:  # "| a | b |"; "|x| (ms): ..." is text
-        return line.startswith("|") and line.rstrip().endswith("|")
-
     groups: list[list[str]] = []  # runs of table rows, and runs of other lines
     for line in out.splitlines():
-        if groups and row(groups[-1][0]) == row(line):
+        if groups and table_row(groups[-1][0]) == table_row(line):
             groups[-1].append(line)
         else:
             groups.append([line])
     runs: list[tuple[bool, list[str]]] = []  # a table has its separator row
     for lines in groups:
-        table = row(lines[0]) and any(SEPARATOR.match(line) for line in lines)
+        table = table_row(lines[0]) and any(SEPARATOR.match(line) for line in lines)
         if runs and not table and not runs[-1][0]:
             runs[-1][1].extend(lines)
         else:
@@ -164,13 +166,10 @@ def block_output(match: re.Match) -> str:
     return rendered(match.group("args"))
 
 
-TABLE_ROW = re.compile(r"^\|", re.M)
-
-
 def typed_rows(page: Path) -> int:
     """Table rows of `page` outside its rendered blocks: numbers typed by hand."""
     text = BLOCK.sub("", page.read_text())
-    return len(TABLE_ROW.findall(text))
+    return sum(table_row(line) for line in text.splitlines())
 
 
 def blocks(page: Path) -> list[re.Match]:
