@@ -46,6 +46,7 @@ STEPS = (
         "import strata_engine, strata_engine.cli.serve, strata_engine.server.run, strata_engine.engine",
     ),
 )
+COMPILER = 2  # STEPS' index of torch's compiler, the step --aot replaces
 AOT_BUILD = """
 import sys, torch, torch._inductor
 layer = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.SiLU(), torch.nn.Linear(1024, 256))
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         package = Path(tempfile.mkdtemp(prefix="bench-import-rss-")) / "graph.pt2"
         subprocess.run([sys.executable, "-c", AOT_BUILD, str(package)], check=True, capture_output=True, timeout=900)
         label, code = AOT_STEP
-        steps = tuple((label, code.format(package=str(package))) if "compiler" in s[0] else s for s in STEPS)
+        steps = tuple((label, code.format(package=str(package))) if i == COMPILER else s for i, s in enumerate(STEPS))
     rows, before, imports = [], {"VmRSS": 0, "RssAnon": 0}, []
     for label, code in steps:
         imports += [code] if code else []
