@@ -16,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from .arms import ArmError, parse_arms
-from .engines.launcher import LaunchError, check_url
+from .engines.launcher import LaunchError, check_url, interrupt_on_sigterm
 from .presets import PresetError, available_presets, load_preset
 from .progress import Progress
 from .report import ReportError, build_report
@@ -79,6 +79,7 @@ def bench_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 def main() -> None:
     """Benchmark how individual streams pause while cold prompts join, across engine builds (arms)."""
+    interrupt_on_sigterm()
 
 
 @main.command()

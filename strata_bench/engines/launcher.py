@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,18 @@ class LaunchError(RuntimeError):
 
 class PortTaken(LaunchError):
     """The port we chose answers, but from a process outside the tree we started (ports.listener_is_ours)."""
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM end the command as Ctrl-C does: a KeyboardInterrupt in the main thread, so every engine it
+    started is stopped (`EngineProcess.stop` runs on the way out) and finished runs stay saved. Python's default
+    would end the process at once and leave the engines' process groups (their own sessions) running."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 ATTEMPTS = TRIES  # ports tried when another process takes the one we chose before our engine binds it

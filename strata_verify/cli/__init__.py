@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import click
 
+from strata_bench.engines.launcher import interrupt_on_sigterm
 from strata_verify.cli import answers, builds, cache, determinism, interleave, kv_quality, needle
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Text-equality gate for engine scheduler changes (see docs/VERIFY.md)."""
+    interrupt_on_sigterm()
 
 
 for _command in (

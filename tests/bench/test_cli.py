@@ -187,6 +187,38 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, tiny_scenario):
     assert other.returncode == 2 and "other settings" in other.stderr
 
 
+def test_sigterm_stops_the_engine_it_started_and_keeps_finished_runs(tmp_path, tiny_scenario):
+    """A CI runner's cancel or `kill` sends SIGTERM: the bench stops the engine it started (its own session, so
+    nothing else would) and keeps what finished, as on Ctrl-C."""
+    out, hold = tmp_path / "t", tmp_path / "hold-term"
+    hold.touch()  # arm b's engine is up but not healthy while this exists: the bench waits on it
+    proc = subprocess.Popen(
+        [BENCH, "run", "--arm", f"a={SYN}", "--arm", f"b={SYN} --hold-while {hold}", "--scenarios", str(tiny_scenario)]
+        + ["--out", str(out), "--no-report", "--health-timeout", "120"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def held_engines() -> list[str]:
+        found = subprocess.run(["pgrep", "-f", "--", f"--hold-while {hold}"], capture_output=True, text=True)
+        return found.stdout.split()
+
+    deadline = time.monotonic() + 120
+    while not (list((out / "runs").glob("*.json")) and held_engines()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held_engines(), "arm b's engine never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    left = held_engines()
+    subprocess.run(["pkill", "-f", "--", f"--hold-while {hold}"])  # a failing run leaves nothing behind either
+    assert left == [], "the bench ended and left arm b's engine running"
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    assert len(list((out / "runs").glob("*.json"))) == 1  # a's run, kept
+
+
 def test_failing_arms_are_recorded_and_the_others_go_on(tmp_path, tiny_scenario):
     out = tmp_path / "f"
     r = bench(
