@@ -29,6 +29,7 @@ from strata_bench.arms import Arm
 from strata_bench.load.field_metrics import run_metrics
 from strata_bench.engines.http_stream import run as run_stamped
 from strata_bench.engines.launcher import EngineProcess
+from strata_bench.engines.memory import tree_pids
 from strata_bench.load import LoadShape
 from strata_bench.load.runner import LoadConfig, drive_load
 from strata_bench.load.workload import LengthSpec, Workload
@@ -96,31 +97,34 @@ def run_strata_bench(url: str, args: argparse.Namespace, round_index: int, workd
     return {**out, "client_cpu_per_s": cpu / m["duration_s"] if m["duration_s"] else None}
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """A process's user + system CPU seconds (/proc/<pid>/stat); None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state is field 3, utime 14, stime 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class TreeCPU:
-    """CPU seconds of a process and its descendants, sampled twice a second with wall-clock stamps (psutil), so
-    the CPU a client spent inside its measured window can be read off afterwards."""
+    """CPU seconds of a process and its descendants (`tree_pids`), sampled twice a second with wall-clock stamps,
+    so the CPU a client spent inside its measured window can be read off afterwards."""
 
     def __init__(self, pid: int):
         import threading
 
-        import psutil
-
-        self.root, self.samples, self.done = psutil.Process(pid), [], threading.Event()
+        self.root, self.samples, self.done = pid, [], threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
 
     def _poll(self) -> None:
         seen: dict[int, float] = {}
         while not self.done.wait(0.5):
-            try:
-                for proc in [self.root, *self.root.children(recursive=True)]:
-                    try:
-                        t = proc.cpu_times()
-                        seen[proc.pid] = t.user + t.system
-                    except Exception:  # gone between listing and reading: its last sample stands
-                        pass
-            except Exception:
-                pass
+            for pid in tree_pids(self.root):
+                cpu = cpu_seconds(pid)
+                if cpu is not None:  # gone between listing and reading: its last sample stands
+                    seen[pid] = cpu
             self.samples.append((time.time(), sum(seen.values())))
 
     def within(self, start: float, end: float) -> float | None:

@@ -50,3 +50,17 @@ def test_the_report_names_each_definition_that_differs(capsys):
     assert "| TTFT p50 (ms) | 100 | 140 | -28.6% | DIFFERS |" in out
     assert "| request latency p50 (ms) | 1360 | 1360 | +0.0% | agree |" in out
     assert out.count("DIFFERS") == 1 and "- TTFT p50 (ms): -28.6%." in out
+
+
+def test_the_client_cpu_counts_a_child_process_without_psutil():
+    """AIPerf may live in its own venv (`--aiperf`), so the client's CPU is read from /proc, not psutil; a child
+    that burns 0.6 CPU seconds, then idles, is counted in the tree's samples."""
+    burn = "import time\nwhile time.process_time() < 0.6: pass\ntime.sleep(1.2)"  # then sampled while alive
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"]
+    )
+    tree = load_script().TreeCPU(parent.pid)
+    parent.wait(timeout=60)
+    tree.done.set()
+    tree.thread.join()
+    assert tree.samples and tree.samples[-1][1] >= 0.6, tree.samples
