@@ -67,15 +67,18 @@ def tune(
     run: Callable[[EngineConfig, int, int, int], dict[str, float]] = measure,
     say: Callable[[str], None] = lambda line: None,
     env: Mapping[str, str] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure each layout of `configs` ({"plain": ..., "fastest": ...}), keep the entry and return it."""
+    """Measure each layout of `configs` ({"plain": ..., "fastest": ...}), keep the entry and return it. `say` gets
+    the progress lines, `report` (default: `say`) each layout's figures and the verdict."""
+    report = report or say
     measured = {}
     for name, config in configs.items():
         say(
             f"tune: {name} layout: building and running the work ({batch} streams x {tokens} tokens, a {read_tokens}-token read)"
         )
         measured[name] = run(config, batch, tokens, read_tokens)
-        say(f"tune: {name}: {describe_one(measured[name])}")
+        report(f"tune: {name}: {describe_one(measured[name])}")
     chosen = min(measured, key=lambda name: measured[name]["work_s"])
     entry = {
         "layout": chosen,
@@ -84,7 +87,7 @@ def tune(
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
     path = write(model, entry, env)
-    say(f"tune: {why(entry)}; kept in {path}")
+    report(f"tune: {why(entry)}; kept in {path}")
     return entry
 
 

@@ -51,7 +51,7 @@ def tune(tokens: int, read_tokens: int, show: bool, **options: Any) -> None:
     except ValueError as err:
         raise click.UsageError(f"{err}: tune compares the layouts themselves") from None
     keep_compile_cache()  # the fastest layout's compiled step lands in the cache a later serve reads
-    tuning.tune(
+    tuning.tune(  # progress on stderr, the figures and the verdict on stdout
         configs, config.batch, tokens, read_tokens, config.model, say=lambda line: click.echo(line, err=True),
-        env=config.env,
+        env=config.env, report=click.echo,
     )  # fmt: skip

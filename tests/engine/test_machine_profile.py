@@ -63,12 +63,16 @@ def test_tune_keeps_the_faster_layout_per_machine_and_model(tmp_path):
     work = {"plain": 2.5, "fastest": 1.5}
     fake = lambda config, batch, tokens, read: {**profile("x")["measured"]["plain"], "work_s": work[config.layout]}  # noqa: E731
     configs = {"plain": EngineConfig(layout="plain"), "fastest": EngineConfig(layout="fastest")}
-    said = []
-    entry = tuning.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, say=said.append, env=env)
+    said, reported = [], []
+    entry = tuning.tune(
+        configs, 4, 8, 64, "strata-tiny-moe", run=fake, say=said.append, env=env, report=reported.append
+    )
     assert entry["layout"] == "fastest" and entry["work"] == {"batch": 4, "tokens": 8, "read_tokens": 64}
     assert machine_profile.read("strata-tiny-moe", env) == entry
     assert machine_profile.read("another-model", env) is None  # a profile holds for its model only
-    assert any("fastest did the work in 1.50 s against plain's 2.50 s" in line for line in said)
+    assert any("fastest did the work in 1.50 s against plain's 2.50 s" in line for line in reported)
+    assert [line.split(":")[1].strip() for line in reported[:2]] == ["plain", "fastest"]  # each layout's figures
+    assert all("building and running the work" in line for line in said)  # progress only: stderr in the CLI
     work["plain"] = 0.5  # tuned again (another day): the newer measurement replaces the entry
     assert tuning.tune(configs, 4, 8, 64, "strata-tiny-moe", run=fake, env=env)["layout"] == "plain"
     assert machine_profile.read("strata-tiny-moe", env)["layout"] == "plain"
@@ -111,6 +115,7 @@ def test_the_real_tune_keeps_a_profile_that_serve_follows(tmp_path):
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr
+    assert "tune: plain: work" in tuned.stdout and "; kept in " in tuned.stdout, tuned.stdout  # results on stdout
     entry = json.loads(subprocess.run([EXE, "tune", "--show"], env=env, capture_output=True, text=True).stdout)
     assert set(entry["measured"]) == {"plain", "fastest"} and entry["layout"] in ("plain", "fastest")
     assert all(m["work_s"] > 0 and m["decode_tok_s"] > 0 for m in entry["measured"].values())
