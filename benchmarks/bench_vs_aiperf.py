@@ -259,6 +259,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="where both tools' raw data goes (default bench-out/vs-aiperf-DATE)")
     p.add_argument("--server-token-count", action="store_true", help="AIPerf counts tokens from the server's usage")
     args = p.parse_args()
+    if args.out is not None and args.out.exists():
+        p.error(f"--out {args.out} exists: name a new folder, so this run's raw data does not mix with another's")
     exe = aiperf_command(args.aiperf)
     if exe is None:
         print(

@@ -40,6 +40,20 @@ def test_without_aiperf_the_script_says_so_and_exits_0(tmp_path):
     assert not (tmp_path / "o").exists()  # nothing started, nothing written
 
 
+def test_an_out_folder_that_exists_is_named_before_anything_starts(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "earlier.json").write_text("{}")
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--aiperf", str(tmp_path / "no-aiperf"), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert f"--out {tmp_path / 'o'} exists" in r.stderr and "Traceback" not in r.stderr
+    assert [f.name for f in (tmp_path / "o").iterdir()] == ["earlier.json"]  # another run's data untouched
+
+
 def test_the_report_names_each_definition_that_differs(capsys):
     module = load_script()
     args = argparse.Namespace(concurrency=4, requests=40, input_len=256, output_len=64, rounds=2, tolerance=0.05)
