@@ -18,8 +18,8 @@ past the window (on CPU, float32) needs no mask either: the keys every query see
 flash call; the chunk itself is causal; and the band [p-W+1, p+T-W), where query i sees key j of the band
 iff j >= i, is causal too once queries and keys are both reversed. The three parts merge by their
 log-sum-exps, as the prefix and chunk do above. The masked call over every key the chunk sees is a little
-slower and builds a [T, T+W-1] mask per row (docs/measurements/decode-step.md, "What each thing tried bought", measured with
-benchmarks/bench_attention.py). Any other windowed shape takes that masked call.
+slower and builds a [T, T+W-1] mask per row (benchmarks/bench_attention.py's section 2; docs/measurements/decode-step.md,
+"Decisions earlier runs made"). Any other windowed shape takes that masked call.
 """
 
 from __future__ import annotations

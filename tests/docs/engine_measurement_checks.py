@@ -3,50 +3,24 @@ vs-*, read-modes, start-up, http/client overhead, ci-time, ...); merged into mea
 
 from __future__ import annotations
 
-from doc_checks import HTTP_SMALL, INSTALLED, LLAMA_SERVER, MINUTES, PRESET_SMALL, VLLM_CACHE, Run, Skip
+from doc_checks import HTTP_SMALL, INSTALLED, MINUTES, PRESET_SMALL, VLLM_CACHE, Run, Skip
 
 ENGINE_CHECKS: dict[str, object] = {
     # docs/measurements/agents.md
+    ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out runs/agents-now --arm strata='strata-engine serve --batch 6 --ctx 8192 --prompt-cache 512' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
     "V=~/.cache/strata/vllm-0.32.0/venv/bin/vllm": Skip(VLLM_CACHE),
-    ".venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm --arm strata='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    # the agents re-measured
-    'F="env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --ctx 8192 --compile"': Skip(
-        "sets a shell variable for the command after it"
-    ),
-    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out bench-out/agents-vllm-2 --arm fastest="$F --prefill-chunk 256" --arm target40="env STRATA_PIPED_PAUSE_TARGET_MS=40 $F --prefill-chunk 256" --arm c128="$F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    # the agents with the merged decode and smaller chunks; the merged decode's steady rate
-    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 2 --out runs/agents-merged --arm c128="$F --prefill-chunk 128" --arm c128-merged="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 128" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c64 --arm agents="env STRATA_PIPED_DECODE_MERGE=1 $F --prefill-chunk 64" --arm c64-groups="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    '.venv/bin/strata-bench run --scenarios agents --scale 0.125 --repeat 3 --out runs/agents-c32 --arm c32="$F --prefill-chunk 32" --arm c64="$F --prefill-chunk 64" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
     # docs/measurements/ci-time.md
     'tmp=$(mktemp -d) && git clone -q . "$tmp/c" && cd "$tmp/c" && time CI=true bash .ci/run': Skip(INSTALLED),
-    'tmp=$(mktemp -d) && git clone -q . "$tmp/c" && cd "$tmp/c" && ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 CI=true bash .ci/run': Skip(
-        INSTALLED
-    ),
     # docs/measurements/client-overhead.md
     ".venv/bin/python benchmarks/bench_client_overhead.py --streams 64 --itl-ms 20 --tokens 200": Run(),
     # docs/measurements/default-layout.md
+    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/default-layout-intel --arm default='strata-engine serve --batch 6 --ctx 8192' --arm plain='strata-engine serve --layout plain --batch 6 --ctx 8192' --arm vllm=\"env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --enable-prompt-tokens-details --disable-uvicorn-access-log\"": Skip(
+        VLLM_CACHE.split(";")[0] + "; " + MINUTES
+    ),
     # the default layout against the plain one and vLLM
-    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default --arm default="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm plain="strata-engine serve --layout plain --batch 6 --ctx 8192" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-default-2 --arm default="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm pt80="env STRATA_PIPED_PAUSE_TARGET_MS=80 env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    '.venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out runs/layout-threads --arm default="env STRATA_COMPILED_GEMMS=aten strata-engine serve --batch 6 --ctx 8192" --arm ranks="env STRATA_PIPED_READ_MIX=1 STRATA_PIPED_DECODE_MERGE=1 strata-engine serve --batch 6 --ctx 8192 --devices cpu,cpu --batch-groups 2 --compile --prefill-chunk 256 --stage-workers dist" --arm vllm="env VLLM_CPU_KVCACHE_SPACE=2 $V serve strata_engine/models/strata-tiny-moe --dtype float32 --max-model-len 8192 --max-num-seqs 8 --disable-uvicorn-access-log"': Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
-    ),
-    "XDG_CACHE_HOME=/tmp/tunex TORCHINDUCTOR_CACHE_DIR=~/.cache/strata/inductor .venv/bin/strata-engine tune --batch 6": Skip(
+    "XDG_CACHE_HOME=/tmp/tune-intel TORCHINDUCTOR_CACHE_DIR=~/.cache/strata/inductor .venv/bin/strata-engine tune --batch 6": Skip(
         "tune on the real engine takes a minute or two; tests/engine/test_machine_profile.py runs it (slow)"
     ),
     # docs/measurements/demo.md
@@ -71,9 +45,6 @@ ENGINE_CHECKS: dict[str, object] = {
     # docs/measurements/engines-table.md
     ".venv/bin/strata-bench preset engines --arms strata-default,strata-release,vllm,llama-server --repeat 3 --out runs/engines-table-intel": Skip(
         "36 engine runs with vLLM and llama-server, ~8 min quiet; tests/bench/test_preset_engines.py checks its arms"
-    ),
-    ".venv/bin/strata-bench preset engines --arms strata-release,strata-fastest,strata-fastest-mkl,vllm,llama-server --repeat 3 --out runs/engines-chunk": Skip(
-        "45 engine runs, ~19 min; tests/bench/test_preset_engines.py checks its arms, what it leaves out and why"
     ),
     # docs/measurements/http-overhead.md
     ".venv/bin/python benchmarks/bench_http_overhead.py": Run(HTTP_SMALL),
@@ -106,29 +77,8 @@ ENGINE_CHECKS: dict[str, object] = {
         "six engines (interleave and determinism for each of three modes, ~8 min); tests/engine/test_pieces_e2e.py checks the same modes' tokens against solo runs"
     ),
     # docs/measurements/spec-sizes-cpu.md
-    ".venv/bin/strata-bench preset pr2050-cpu --out bench-out/pr2050-cpu": Run(PRESET_SMALL),
+    ".venv/bin/strata-bench preset pr2050-cpu --repeat 3 --out runs/pr2050-cpu-3": Run(PRESET_SMALL),
     # docs/measurements/start-up.md
-    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native --jobs 1": Skip(
-        "builds the native ops from empty folders one after another (~2 min); test_native_prebuild.py covers --jobs"
-    ),
-    "X=$(mktemp -d) T=$(mktemp -d) && time XDG_CACHE_HOME=$X TORCH_EXTENSIONS_DIR=$T .venv/bin/python -m strata_engine.runtime.native": Skip(
-        "builds the native ops from empty folders side by side (~1 min); scripts/install.sh runs it"
-    ),
-    ".venv/bin/python benchmarks/bench_start.py --warm 2": Run(((r"--warm 2$", "--warm 1 -- --executor sim"),)),
-    ".venv/bin/python benchmarks/bench_start.py --warm 0 --installed": Run(
-        (
-            (
-                r"^\.venv",
-                "env "
-                + " ".join(
-                    f"STRATA_{k}_KERNEL=0"
-                    for k in ("CHUNK", "EXPERT", "DECODE", "DECODE_EXPERTS", "QUANT_DECODE", "KV_CODEC")
-                )
-                + " .venv",
-            ),
-            (r"--installed$", "--installed -- --executor sim"),
-        )
-    ),
     "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_start.py --warm 2 --installed": Skip(
         "builds the six native ops at -march=x86-64-v3 into empty folders and compiles the step three times (~3 min); "
         "the --installed command above runs the script small"
@@ -137,16 +87,9 @@ ENGINE_CHECKS: dict[str, object] = {
         "builds the six native ops into empty folders and compiles the step three times (~2 min); the --installed "
         "command above runs the script small"
     ),
-    "STRATA_COMPILED_GEMMS=aten .venv/bin/python benchmarks/bench_start.py --warm 2 -- --batch 4": Run(
-        ((r"--warm 2 -- --batch 4$", "--warm 0 -- --executor sim --batch 4"),)
-    ),
     # docs/measurements/vs-aiperf.md
-    ".venv/bin/python benchmarks/bench_vs_aiperf.py --engine 'strata-engine serve --layout plain --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf": Skip(
+    ".venv/bin/python benchmarks/bench_vs_aiperf.py --aiperf ~/.cache/strata/aiperf-venv/bin/aiperf --engine 'strata-engine serve --layout plain --batch 8' --concurrency 4 --requests 40 --rounds 4 --warmup 2 --out bench-out/vs-aiperf": Skip(
         MINUTES + "; without AIPerf it prints that it skipped (tests/bench/test_vs_aiperf_parts.py)"
-    ),
-    # docs/measurements/vs-llama-server.md
-    ".venv/bin/strata-bench run --scenarios two_joiners --scale 0.0625 --repeat 3 --out bench-out/vs-llama-server --arm release='strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm mixed='env STRATA_PIPED_READ_MIX=1 strata-engine serve --split 2 --batch 6 --batch-groups 2 --prefill-chunk 128 --ctx 8192' --arm llamacpp=\"$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 6 -b 512 -c 49152 --no-kv-unified --no-webui --override-kv qwen3moe.context_length=int:8192\"": Skip(
-        LLAMA_SERVER
     ),
     # docs/measurements/verify-timing.md
     ".venv/bin/strata-verify interleave --scale 0.05": Run(),

@@ -19,47 +19,28 @@ GATE_CHECKS: dict[str, object] = {
         "tests/verify/test_vllm_verify.py runs it against the session's vLLM server (exit 1, naming give-way)"
     ),
     # docs/measurements/gate-under-load.md
-    # Strata's run checks the script (one quiet run, one "loaded" with no hog)
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target strata='env STRATA_PIPED_READ_PIECE=512 strata-engine serve --split 2 --batch 4 --batch-groups 2 --ctx 2048' -- --scale 0.05": Run(
-        ((r"--runs 10", "--runs 1 --hogs 0"),)
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check cache --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
-        MINUTES + " (the interleave run above checks the script; tests/verify/test_verify_cache.py the check)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --target strata='strata-engine serve --layout plain'": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs answers)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target strata='strata-engine serve --layout plain' -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
-    ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target vllm=@http://127.0.0.1:8091 -- --scale 0.05 --lacks give-way": Skip(
-        "a vLLM server started by hand beside it, and 20 gate runs; " + MINUTES
-    ),
-    '.venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --target llama-server="$LS -m /tmp/strata-tiny-moe.gguf --host {host} --port {port} --parallel 4 --threads 1 -c 16384 --no-kv-unified --no-webui --no-warmup --override-kv qwen3moe.context_length=int:4096" -- --scale 0.05 --lacks give-way': Skip(
-        LLAMA_SERVER
-    ),
     # the kept series (--out benchmarks/results/gate-load-*.json, rendered into the page)
     **{
         f".venv/bin/python benchmarks/gate_under_load.py --check {check} --runs {runs} --target strata='strata-engine serve --layout fastest' --out benchmarks/results/gate-load-{check}-fastest{n}.json": Skip(
-            MINUTES + " (the interleave run above checks the script; tests/bench/test_gate_under_load.py its summary)"
+            MINUTES + " (the interleave run below checks the script; tests/bench/test_gate_under_load.py its summary)"
         )
         for check, runs, n in (("needle", 10, ""), ("answers", 5, ""), ("answers", 5, "-2"))
     },
     ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 3 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default.json -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
+        MINUTES + " (the interleave run below checks the script; the slow suite runs determinism)"
     ),
     # CI's remaining gate commands on the engines CI gives them (no --target: the check's own default)
     ".venv/bin/python benchmarks/gate_under_load.py --check cache --runs 10 --target strata='strata-engine serve' --out benchmarks/results/gate-load-cache-default.json": Skip(
-        MINUTES + " (the interleave run above checks the script; tests/verify/test_verify_cache.py the check)"
+        MINUTES + " (the interleave run below checks the script; tests/verify/test_verify_cache.py the check)"
     ),
     ".venv/bin/python benchmarks/gate_under_load.py --check determinism --runs 10 --target strata='strata-engine serve' --out benchmarks/results/gate-load-determinism-default-10.json -- --against strata_verify/golden/reference-cpu.json": Skip(
-        MINUTES + " (the interleave run above checks the script; the slow suite runs determinism)"
+        MINUTES + " (the interleave run below checks the script; the slow suite runs determinism)"
     ),
     ".venv/bin/python benchmarks/gate_under_load.py --check answers --runs 10 --out benchmarks/results/gate-load-answers-default.json": Skip(
         MINUTES + " (the kv-quality run below checks the script without --target; the slow suite runs answers)"
     ),
-    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --out benchmarks/results/gate-load-interleave-default.json -- --scale 0.05": Skip(
-        MINUTES + " (the interleave run above checks the script and the check; the kv-quality run below no --target)"
+    ".venv/bin/python benchmarks/gate_under_load.py --check interleave --runs 10 --out benchmarks/results/gate-load-interleave-default.json -- --scale 0.05": Run(
+        ((r"--runs 10", "--runs 1 --hogs 0"), (r"--out \S+", "--out gate-under-load-smoke.json"))
     ),
     # one quiet run and one "loaded" with no hog, in process, kept in the scratch directory (not in benchmarks/)
     ".venv/bin/python benchmarks/gate_under_load.py --check kv-quality --runs 10 --out benchmarks/results/gate-load-kv-quality-q8.json -- --kv-dtype q8": Run(

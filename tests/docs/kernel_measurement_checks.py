@@ -6,22 +6,7 @@ from __future__ import annotations
 from doc_checks import MINUTES, VLLM_CACHE, Run, Skip
 
 KERNEL_CHECKS: dict[str, object] = {
-    # docs/measurements/bench-model.md
-    ".venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx512.json": Skip(
-        "the same script as the command above (which runs it at one repeat), at five repeats"
-    ),
-    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_model.py --repeats 5 --out bench-out/bench_model-avx2.json": Skip(
-        "builds the native ops again at -march=x86-64-v3; the command above runs the script, "
-        "tests/engine/test_native_isa_levels.py the levels"
-    ),
-    ".venv/bin/python benchmarks/bench_model.py --repeats 7 --out bench-out/bench_model.json": Run(
-        ((r"--repeats 7", "--repeats 1"),)
-    ),
-    "env STRATA_COMPILED_GEMMS=template .venv/bin/python benchmarks/bench_model.py --repeats 3 --batch 6 --out bench-out/bench_model-template.json": Skip(
-        "compiles the templated step four times (~2 min) and times every engine; the plain bench_model command above runs small"
-    ),
     # docs/measurements/chunk-kernel.md
-    ".venv/bin/python benchmarks/bench_attention.py --keys 100 --chunks 64,256": Run(((r"$", " --repeats 3"),)),
     # a read's chunk profiled on one core
     ".venv/bin/python benchmarks/profile_read_chunk.py --chunk 256 --start 2048 --compare-attention": Run(
         ((r"$", " --repeats 3"),)
@@ -29,13 +14,6 @@ KERNEL_CHECKS: dict[str, object] = {
     # reads alone on servers side by side, the kernels on and off
     '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 4096 --rounds 8 --arm "default=strata-engine serve --ctx 8192" --arm "experts-loop=env STRATA_EXPERT_KERNEL=0 strata-engine serve --ctx 8192" --arm "flash=env STRATA_CHUNK_KERNEL=0 strata-engine serve --ctx 8192"': Run(
         ((r"--tokens 4096 --rounds 8", "--tokens 256 --rounds 1"), (r' --arm "flash=[^"]*"', ""))
-    ),
-    # the chunk op's running maxima: two builds side by side (the commit before as a worktree)
-    "git worktree add /tmp/strata-before 3cfbddd": Skip(
-        "makes a worktree of an earlier commit; the A/B below reads it"
-    ),
-    '.venv/bin/python benchmarks/bench_paired_reads.py --tokens 2048 --rounds 16 --arm "after=strata-engine serve --layout fastest --batch 6 --ctx 8192" --arm "before=env PYTHONPATH=/tmp/strata-before strata-engine serve --layout fastest --batch 6 --ctx 8192"': Skip(
-        "needs the worktree above; " + MINUTES + "; the same script runs small in the check above"
     ),
     # docs/measurements/decode-experts.md
     ".venv/bin/python benchmarks/profile_decode_step.py --rows 1,4,6 --threads 1 --steps 30 --arms template-every,template,template-every,template": Run(
@@ -92,10 +70,10 @@ KERNEL_CHECKS: dict[str, object] = {
         "builds the native ops again at -march=x86-64-v3; read-chunk.md's command runs the profile at this level"
     ),
     # the native ops at this CPU's level and at x86-64-v3 and -v2 (isa-levels.md shows them too)
-    ".venv/bin/python benchmarks/bench_attention.py --sections 3,4 --repeats 9 --chunks 64,256": Run(
+    ".venv/bin/python benchmarks/bench_attention.py --sections 3,4,5 --repeats 9 --chunks 64,256": Run(
         ((r"--repeats 9", "--repeats 1"),)
     ),
-    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
+    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3 --sections 3,4,5 --repeats 9 --chunks 64,256": Skip(
         "builds every native op again at -march=x86-64-v3 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels' bits"
     ),
@@ -103,33 +81,9 @@ KERNEL_CHECKS: dict[str, object] = {
     ".venv/bin/python benchmarks/bench_attention.py --sections 4 --repeats 9 --chunks 64,256 --against b2c574b~1": Run(
         ((r"--repeats 9", "--repeats 1"), (r"--chunks 64,256", "--chunks 64 --chunk-starts 512"))
     ),
-    **{
-        f".venv/bin/python benchmarks/bench_attention.py --isa {level} --sections {sections} --repeats 9{rest} --against {rev}": Skip(
-            f"builds the op at -march={level} here and as {rev} had it (about a minute a build); the same "
-            "comparison at this CPU's level runs above"
-        )
-        for level, sections, rest, rev in (
-            ("x86-64-v3", "4", " --chunks 64,256", "b2c574b~1"),
-            ("x86-64-v3", "4", " --chunks 64,256", "3e384b0~1"),
-            ("x86-64-v2", "4", " --chunks 64,256", "b2c574b~1"),
-            ("x86-64-v3", "3", "", "3e384b0~1"),
-            ("x86-64-v3", "5", "", "3e384b0~1"),
-        )
-    },
-    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v3 --sections 5 --repeats 9": Skip(
-        "builds the quantized decode op at -march=x86-64-v3 (about a minute); test_native_isa_levels.py checks its bits"
-    ),
-    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4 --repeats 9 --chunks 64,256": Skip(
+    ".venv/bin/python benchmarks/bench_attention.py --isa x86-64-v2 --sections 3,4,5 --repeats 9 --chunks 64,256": Skip(
         "builds every native op again at -march=x86-64-v2 (about a minute a build); "
         "tests/engine/test_native_isa_levels.py checks the levels' bits"
-    ),
-    # docs/measurements/isa-levels.md
-    # the default server against vLLM
-    'python3 - <<\'PY\' import json d = json.load(open("strata_bench/presets/engines.json")) json.dump({"name": "default-vs-vllm", '
-    '"arms": {"strata-default": "strata-engine serve --batch 6 --ctx 8192", "vllm": d["arms"]["vllm"]}, '
-    '"scenarios": d["scenarios"], "repeat": 3, "scale": d["scale"]}, open("/tmp/default-vs-vllm.json", "w")) PY': Run(),
-    ".venv/bin/strata-bench preset /tmp/default-vs-vllm.json --out runs/default-vs-vllm-avx2": Skip(
-        VLLM_CACHE.split(";")[0] + "; " + MINUTES
     ),
     # docs/measurements/read-chunk.md
     # a read's chunk profiled on one core

@@ -7,9 +7,6 @@ from doc_checks import Run, Skip
 
 KV_CHECKS: dict[str, object] = {
     # docs/measurements/kv-formats.md
-    ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1": Run(
-        ((r"--threads 1$", "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1"),)
-    ),
     ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --positions 2048,131000 --far 4096 --rounds 4": Run(
         (
             (
@@ -28,18 +25,6 @@ KV_CHECKS: dict[str, object] = {
                 "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1",
             ),
         )
-    ),
-    ".venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --rounds 16": Run(
-        (
-            (
-                r"--threads 1 --rounds 16$",
-                "--threads 1 --far 3000 --at 1100 --read-at 1200 --chunk 64 --steps 2 --rounds 1",
-            ),
-        )
-    ),
-    "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --rounds 16": Skip(
-        "builds every native op again at -march=x86-64-v3 (about a minute a build); "
-        "tests/engine/test_native_isa_levels.py checks the levels"
     ),
     "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 STRATA_NATIVE_MARCH=x86-64-v3 .venv/bin/python benchmarks/bench_kv_formats.py --threads 1 --rounds 4": Skip(
         "builds every native op again at -march=x86-64-v3 (about a minute a build); "
