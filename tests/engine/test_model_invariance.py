@@ -169,10 +169,11 @@ def near_tie_tokens(row_tile: int, threads: int) -> dict[int, tuple[int, float]]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_near_tie_flips_with_the_batch_only_without_padding(threads):
+def test_a_near_tie_moves_with_the_batch_only_without_padding(threads):
+    """Padded, the row's token and top-2 margin are the same beside 0..6 other rows; unpadded, its bits move with
+    them. On the CPU the prompt was found on (AVX-512) the greedy token flips too; the bits and the tie sit
+    elsewhere at other ISA levels (an Intel Xeon forced to AVX2 moves the margin, not the token)."""
     off, on = near_tie_tokens(1, threads), near_tie_tokens(16, threads)
     assert max(margin for _, margin in on.values()) < 1e-5, f"not a near-tie: {on}"
-    assert len({token for token, _ in off.values()}) > 1, (
-        f"padding off: the greedy token never flipped with the batch: {off}"
-    )
-    assert len({token for token, _ in on.values()}) == 1, f"padding on: the greedy token moved with the batch: {on}"
+    assert len(set(on.values())) == 1, f"padding on: the row's token or margin moved with the batch: {on}"
+    assert len(set(off.values())) > 1, f"padding off: the row's token and margin never moved with the batch: {off}"
