@@ -2,7 +2,9 @@
 
 - **restore**: session `r0`'s first turn, then as many cold first turns of other sessions as the engine has
   slots plus one (each takes the least recently used slot, so `r0`'s prefix is pushed out to the host store),
-  then `r0`'s second turn: it can only be served by a restore from the store. Run where GET /v1/engine's
+  each with a first token neither `r0` nor another of them has (random ids share one by chance, 1 in the
+  vocabulary each: a cache that matches single tokens would then serve `r0`'s slot and keep it), then `r0`'s
+  second turn: it can only be served by a restore from the store. Run where GET /v1/engine's
   `prompt_cache` says there is a store and `batch` says how many slots.
 - **salts**: a holder reads a prompt no one else has under salt `a`; then the same prompt plus a tool
   result under salt `b`, and with no salt: a cache that keeps salts apart serves neither (cached_tokens 0,
@@ -20,9 +22,11 @@ from typing import Callable
 
 import httpx
 
+from strata_verify.cache.plan import Prompts
 from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.client import EngineClient
 
+APART_TRIES = 64  # fresh draws for a cold prompt whose first token is taken (a vocabulary too small: the last)
 SALT_TURNS = (("x.holder", "a", 0), ("x.other-salt", "b", 1), ("x.no-salt", None, 2), ("x.same-salt", "a", 1))
 
 
@@ -44,6 +48,16 @@ def store_slots(run: CacheRun) -> int | None:
     return None
 
 
+def apart(prompts: Prompts, what: str, length: int, taken: set[int]) -> list[int]:
+    """A seeded prompt whose first token is not in `taken` (so it shares no prefix with those prompts)."""
+    prompt = prompts.piece(what, length)
+    for attempt in range(1, APART_TRIES):
+        if prompt[0] not in taken:
+            break
+        prompt = prompts.piece(f"{what}#{attempt}", length)
+    return prompt
+
+
 def restore(run: CacheRun, client: EngineClient, task: Callable, done: Callable) -> None:
     """r0.t0; then slots + 1 cold first turns one at a time; then r0.t1, which only the store can serve."""
     slots = store_slots(run)
@@ -56,8 +70,10 @@ def restore(run: CacheRun, client: EngineClient, task: Callable, done: Callable)
     run.add(Turn("r0.t0", "restore", "r0", 0, first, r0.result))
     r0.run()
     done(r0, "the restore session's first turn")
+    taken = {first[0]}
     for i in range(1, slots + 2):
-        prompt = prompts.piece(f"r{i}-alone", plan.turn_tokens(0))  # shares nothing with r0, not even the system prompt
+        prompt = apart(prompts, f"r{i}-alone", plan.turn_tokens(0), taken)  # shares not one token with r0 or the others
+        taken.add(prompt[0])
         other = task(run, client, f"r{i}.t0", prompt)
         run.add(Turn(f"r{i}.t0", "restore", f"r{i}", 0, prompt, other.result))
         other.run()

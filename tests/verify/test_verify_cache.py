@@ -11,6 +11,7 @@ import pytest
 
 from strata_bench.engines.result import StreamResult
 from strata_bench.synthetic.cache import PrefixCache, answer_prompt
+from strata_verify.cache import phases
 from strata_verify.cache.plan import CacheOptions, CachePlan, Prompts
 from strata_verify.cache.run import CacheRun, Turn
 from strata_verify.cache.steps import EVICTION, GIVE_WAY, HITS, judge
@@ -252,6 +253,33 @@ def test_a_hit_whose_logprobs_moved_fails_where_the_engine_claims_bitwise_and_to
         r"0\.019 \(cached -[0-9.]+, cold -[0-9.]+\)",
         new.stdout,
     ), new.stdout
+
+
+def test_the_restore_phase_pushes_r0_out_even_where_a_cold_prompt_draws_r0s_first_token(monkeypatch):
+    # Run nonce 0000003c draws r4-alone's first token equal to the system prompt's (277 of 1000): the fake's cache
+    # matched that one token, served r4.t0 from r0's entry and kept r0 in a slot (a CI flake, 1 run in ~300).
+    plan = CachePlan(scale=0.25)
+    prompts = Prompts("0000003c", 1000, 0)
+    system, r4 = prompts.piece("system", plan.system_tokens), prompts.piece("r4-alone", plan.turn_tokens(0))
+    assert system[0] == r4[0]  # the draw that made the flake
+    cache, sources = PrefixCache(64 * 1000), {}
+
+    class Task:  # the engine of the phase: the fake's prefix cache, one request at a time
+        def __init__(self, name, prompt):
+            self.name, self.prompt = name, prompt
+            self.result = StreamResult(name=name, token_ids=[7] * plan.answer_tokens, finish_reason="length")
+
+        def run(self):
+            sources[self.name] = cache.lookup(self.prompt).source
+            cache.keep(self.prompt + self.result.token_ids)
+
+    run = CacheRun(target=Target(command="x"), options=CacheOptions(plan=plan), prompts=prompts)
+    run.info, run.cache_info = {"batch": cache.slots}, {"store": True}
+    monkeypatch.setattr(phases, "engine_cache", lambda client: None)
+    phases.restore(run, None, lambda run, client, name, prompt: Task(name, prompt), lambda task, what: None)
+    assert sources["r0.t1"] == "store", sources
+    firsts = [t.prompt[0] for t in run.of("restore") if t.session != "r0"]
+    assert system[0] not in firsts and len(set(firsts)) == len(firsts) == cache.slots + 1
 
 
 def test_a_restore_from_the_store_that_loses_a_position_fails_naming_the_request():
