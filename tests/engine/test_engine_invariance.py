@@ -137,7 +137,9 @@ print(json.dumps(out))
 @pytest.mark.slow  # two fresh interpreters, two engines each
 @pytest.mark.parametrize("order", ["pinned", "mkl-first"])
 def test_the_probe_verdict_is_what_the_thread_count_does(order):
-    """A 2-thread engine claims layout invariance exactly when its bits equal the 1-thread engine's."""
+    """A 2-thread engine that claims layout invariance gives the 1-thread engine's bits, and with MKL's reproducible
+    mode pinned it claims it. Unpinned, the start-up probe may see its own rows move where two short prompts do not
+    (an Intel Xeon forced to AVX2): a claim withheld there is not a wrong one."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE_SCRIPT, order, json.dumps(PROMPTS[:2])],
         capture_output=True,
@@ -148,10 +150,7 @@ def test_the_probe_verdict_is_what_the_thread_count_does(order):
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     equal = out["1"]["logprobs"] == out["2"]["logprobs"]
-    assert out["2"]["claim"] == equal, (
-        f"{order}: the probe says {out['2']['claim']}, the 1- and 2-thread engines' bits are {'equal' if equal else 'different'}"
+    assert equal or not out["2"]["claim"], f"{order}: the probe claims invariance, but the 1- and 2-thread bits differ"
+    assert out["2"]["claim"] or order == "mkl-first", (
+        f"{order}: with MKL's reproducible mode pinned the thread count should not move the bits, yet no claim"
     )
-    if order == "pinned":
-        assert out["2"]["claim"] is True, (
-            "with MKL's reproducible mode pinned, the thread count should not move the bits"
-        )
