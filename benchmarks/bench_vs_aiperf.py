@@ -29,7 +29,7 @@ from strata_bench.arms import Arm
 from strata_bench.load.field_metrics import run_metrics
 from strata_bench.engines.http_stream import run as run_stamped
 from strata_bench.engines.launcher import EngineProcess
-from strata_bench.engines.memory import tree_pids
+from strata_bench.engines.memory import stat_fields, tree_pids
 from strata_bench.load import LoadShape
 from strata_bench.load.runner import LoadConfig, drive_load
 from strata_bench.load.workload import LengthSpec, Workload
@@ -99,12 +99,8 @@ def run_strata_bench(url: str, args: argparse.Namespace, round_index: int, workd
 
 def cpu_seconds(pid: int) -> float | None:
     """A process's user + system CPU seconds (/proc/<pid>/stat); None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state is field 3, utime 14, stime 15
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class TreeCPU:

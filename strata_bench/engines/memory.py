@@ -22,14 +22,20 @@ INTERVAL_S = 0.25
 RESCAN_S = 1.0  # listing /proc costs ~5 ms on a small machine: the tree is listed again this often
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent id, session id) of a process, or None when it is gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after "pid (comm)" (state, ppid, pgrp, session, ...; utime and stime are the
+    12th and 13th), or None when the process is gone."""
     try:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-    return int(fields[1]), int(fields[3])
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent id, session id) of a process, or None when it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[3]))
 
 
 def tree_pids(root: int) -> set[int]:

@@ -28,13 +28,18 @@ def test_the_local_tokenizer_is_one_token_per_byte_like_strata(tmp_path):
         assert tok.decode(ids) == text
 
 
-def test_without_aiperf_the_script_says_so_and_exits_0(tmp_path):
-    r = subprocess.run(
+def run_without_aiperf(tmp_path):
+    """The script with an --aiperf that does not exist and --out tmp_path/o."""
+    return subprocess.run(
         [sys.executable, str(SCRIPT), "--aiperf", str(tmp_path / "no-aiperf"), "--out", str(tmp_path / "o")],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_without_aiperf_the_script_says_so_and_exits_0(tmp_path):
+    r = run_without_aiperf(tmp_path)
     assert r.returncode == 0, r.stderr
     assert "AIPerf is not installed" in r.stdout and "comparison skipped" in r.stdout
     assert not (tmp_path / "o").exists()  # nothing started, nothing written
@@ -43,12 +48,7 @@ def test_without_aiperf_the_script_says_so_and_exits_0(tmp_path):
 def test_an_out_folder_that_exists_is_named_before_anything_starts(tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "earlier.json").write_text("{}")
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--aiperf", str(tmp_path / "no-aiperf"), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_without_aiperf(tmp_path)
     assert r.returncode == 2, r.stderr
     assert f"--out {tmp_path / 'o'} exists" in r.stderr and "Traceback" not in r.stderr
     assert [f.name for f in (tmp_path / "o").iterdir()] == ["earlier.json"]  # another run's data untouched
